@@ -1,0 +1,76 @@
+/* The CLI's shared pieces: messages, option tables, command table.
+ * Only cli/ includes this; the library never prints or exits. */
+#ifndef MTPQ_CLI_H
+#define MTPQ_CLI_H
+
+#include <stdio.h>
+
+#include "io/status.h"
+
+/* ---- messages (cli/msg.c) ---- */
+extern int cli_verbosity; /* 0 quiet, 1 normal, 2 verbose */
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+void cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+void cli_warn(const char *fmt, ...) CLI_PRINTF(1, 2);
+void cli_note(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* Print err's message (or the status text) and return the exit code. */
+int cli_fail(enum mtpq_status st, const struct mtpq_err *err);
+/* Print a usage error plus the "try" hint; returns MTPQ_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* Human-readable byte count ("43.8 MB") into buf. */
+const char *cli_bytes(unsigned long long n, char *buf, size_t cap);
+
+/* ---- options (cli/opts.c) ---- */
+enum cli_opt_kind { OPT_FLAG, OPT_STR, OPT_UINT, OPT_REAL };
+#define OPT_MULTI 1 /* may be given several times */
+
+struct cli_opt {
+  const char *name;  /* long name without "--" */
+  char short_name;   /* 0 if none */
+  enum cli_opt_kind kind;
+  int flags;
+  const char *arg;   /* placeholder in help ("DIR") */
+  const char *help;
+};
+
+#define CLI_MAX_OPTS 32
+#define CLI_MAX_MULTI 64
+#define CLI_MAX_POS 16
+
+struct cli_args {
+  int set[CLI_MAX_OPTS];                      /* times given */
+  const char *val[CLI_MAX_OPTS];              /* last value */
+  const char *multi[CLI_MAX_OPTS][CLI_MAX_MULTI];
+  int npos;
+  const char *pos[CLI_MAX_POS];
+};
+
+/* Parse argv (after the command name) against tbl (terminated by a NULL
+ * name). Returns 0, or prints a usage error and returns MTPQ_EXIT_USAGE; sets
+ * *help when -h/--help was given. */
+int cli_parse(const char *cmd, const struct cli_opt *tbl, int argc, char **argv,
+              struct cli_args *a, int *help);
+/* Index of option `name` in tbl (a programming error if absent). */
+int cli_opt_index(const struct cli_opt *tbl, const char *name);
+int cli_has(const struct cli_opt *tbl, const struct cli_args *a, const char *name);
+const char *cli_str(const struct cli_opt *tbl, const struct cli_args *a, const char *name);
+void cli_print_options(FILE *fp, const struct cli_opt *tbl);
+
+/* ---- commands (cli/main.c) ---- */
+struct cli_cmd {
+  const char *name;
+  const char *summary;
+  const char *usage;     /* after "mtpq NAME " */
+  const struct cli_opt *opts;
+  int (*run)(int argc, char **argv);
+  const char *details;   /* extra help text, may be NULL */
+};
+
+int cmd_inspect(int argc, char **argv);
+extern const struct cli_opt inspect_opts[];
+
+#endif

@@ -1,0 +1,95 @@
+/* mtpq entry point: dispatch to a subcommand, global help and version. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct cli_cmd commands[] = {
+    {"inspect", "list tensors, family and MTP layout of a checkpoint",
+     "[options] PATH", inspect_opts, cmd_inspect,
+     "PATH is a .safetensors file or a repo directory (sharded through\n"
+     "model.safetensors.index.json, or a folder of *.safetensors files).\n"
+     "With --json, prints one JSON object: tensors (name, dtype, shape, bytes,\n"
+     "shard), groups, family, mtp {layers, experts, expert_layout}, ...\n"},
+    {NULL, NULL, NULL, NULL, NULL, NULL},
+};
+
+static const struct cli_cmd *find_cmd(const char *name) {
+  for (const struct cli_cmd *c = commands; c->name; c++)
+    if (strcmp(c->name, name) == 0) return c;
+  return NULL;
+}
+
+static void print_main_help(FILE *fp) {
+  fputs("Usage: mtpq COMMAND [options] [arguments]\n"
+        "       mtpq help COMMAND | mtpq --help | mtpq --version\n\n"
+        "Turns the MTP drafter of a Qwen3-Next / Qwen3.5 checkpoint into a fast\n"
+        "FP8/NVFP4 drafter repo, verifies its bytes and measures its acceptance.\n\n"
+        "Commands:\n",
+        fp);
+  for (const struct cli_cmd *c = commands; c->name; c++)
+    fprintf(fp, "  %-18s %s\n", c->name, c->summary);
+  fputs("\nEvery command accepts -h/--help, -q/--quiet and -v/--verbose.\n"
+        "Exit status: see 'mtpq help exit-codes' or mtpq(1).\n",
+        fp);
+}
+
+static void print_cmd_help(FILE *fp, const struct cli_cmd *c) {
+  fprintf(fp, "Usage: mtpq %s %s\n\n%s.\n\n", c->name, c->usage, c->summary);
+  if (c->details) fprintf(fp, "%s\n", c->details);
+  fputs("Options:\n", fp);
+  cli_print_options(fp, c->opts);
+}
+
+static int help_main(int argc, char **argv) {
+  if (argc < 1) {
+    print_main_help(stdout);
+    return 0;
+  }
+  if (strcmp(argv[0], "options") == 0) {
+    /* Machine-readable: every long option of every command (drift tests). */
+    for (const struct cli_cmd *c = commands; c->name; c++)
+      for (int i = 0; c->opts[i].name; i++) printf("%s --%s\n", c->name, c->opts[i].name);
+    return 0;
+  }
+  if (strcmp(argv[0], "exit-codes") == 0) {
+    for (size_t i = 0; i < mtpq_status_count(); i++) {
+      enum mtpq_status s = mtpq_status_at(i);
+      printf("%-3d %-24s %s\n", mtpq_status_exit_code(s), mtpq_status_name(s),
+             mtpq_status_str(s));
+    }
+    return 0;
+  }
+  const struct cli_cmd *c = find_cmd(argv[0]);
+  if (!c) return cli_usage_error(NULL, "unknown command '%s'", argv[0]);
+  print_cmd_help(stdout, c);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_main_help(stderr);
+    return MTPQ_EXIT_USAGE;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+    print_main_help(stdout);
+    return 0;
+  }
+  if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+    printf("mtpq %s\n", MTPQ_VERSION);
+    return 0;
+  }
+  if (strcmp(name, "help") == 0) return help_main(argc - 2, argv + 2);
+  const struct cli_cmd *c = find_cmd(name);
+  if (!c) return cli_usage_error(NULL, "unknown command '%s'", name);
+  /* Commands parse their own options; a --help request prints the help. */
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) break;
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      print_cmd_help(stdout, c);
+      return 0;
+    }
+  }
+  return c->run(argc - 2, argv + 2);
+}

@@ -1,0 +1,121 @@
+/* Internal helpers: strings, paths, whole-file reads, atomic writes. */
+#include "io/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+char *mtpq__strdup(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+char *mtpq__path_join(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  char *p = malloc(na + nb + 2);
+  if (!p) return NULL;
+  memcpy(p, a, na);
+  size_t k = na;
+  if (na && a[na - 1] != '/') p[k++] = '/';
+  memcpy(p + k, b, nb + 1);
+  return p;
+}
+
+int mtpq__is_file(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+int mtpq__is_dir(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+enum mtpq_status mtpq__read_file(const char *path, size_t cap, char **out, size_t *len,
+                                 struct mtpq_err *err) {
+  *out = NULL;
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(fp);
+    return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: not a regular file", path);
+  }
+  if ((uint64_t)sb.st_size > cap) {
+    fclose(fp);
+    return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: %lld bytes exceeds the %zu-byte limit", path,
+                        (long long)sb.st_size, cap);
+  }
+  size_t n = (size_t)sb.st_size;
+  char *buf = malloc(n + 1);
+  if (!buf) {
+    fclose(fp);
+    return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: out of memory", path);
+  }
+  if (n && fread(buf, 1, n, fp) != n) {
+    free(buf);
+    fclose(fp);
+    return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: short read", path);
+  }
+  fclose(fp);
+  buf[n] = '\0';
+  *out = buf;
+  if (len) *len = n;
+  return MTPQ_OK;
+}
+
+char *mtpq__tmp_name(const char *path) {
+  size_t n = strlen(path) + 32;
+  char *t = malloc(n);
+  if (t) snprintf(t, n, "%s.tmp.%ld", path, (long)getpid());
+  return t;
+}
+
+enum mtpq_status mtpq__write_file_atomic(const char *path, const void *bytes, size_t n,
+                                         struct mtpq_err *err) {
+  char *tmp = mtpq__tmp_name(path);
+  if (!tmp) return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: out of memory", path);
+  enum mtpq_status st = MTPQ_OK;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: cannot create: %s", tmp, strerror(errno));
+    free(tmp);
+    return st;
+  }
+  const char *p = bytes;
+  size_t left = n;
+  while (left) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: write failed: %s", tmp, strerror(errno));
+      break;
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  if (!st && fsync(fd) != 0)
+    st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: fsync failed: %s", tmp, strerror(errno));
+  if (close(fd) != 0 && !st)
+    st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: close failed: %s", tmp, strerror(errno));
+  if (!st && rename(tmp, path) != 0)
+    st = mtpq_err_set(err, MTPQ_E_IO_RENAME, "%s: cannot rename to %s: %s", tmp, path,
+                      strerror(errno));
+  if (st) unlink(tmp);
+  free(tmp);
+  return st;
+}
+
+double mtpq__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

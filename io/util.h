@@ -1,0 +1,30 @@
+/* Small internal helpers shared by the library's modules (not for the CLI).
+ * Names with a double underscore cross files but are not public API. */
+#ifndef MTPQ_IO_UTIL_H
+#define MTPQ_IO_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/status.h"
+
+/* strdup that accepts NULL (returns NULL). Free with free(). */
+char *mtpq__strdup(const char *s);
+/* "<a>/<b>" in a new string (free with free()); NULL on OOM. */
+char *mtpq__path_join(const char *a, const char *b);
+/* 1 if path names an existing regular file / directory. */
+int mtpq__is_file(const char *path);
+int mtpq__is_dir(const char *path);
+/* Read a whole regular file of at most `cap` bytes; *out is NUL-terminated,
+ * free with free(). */
+enum mtpq_status mtpq__read_file(const char *path, size_t cap, char **out, size_t *len,
+                                 struct mtpq_err *err);
+/* Write bytes to path atomically: "<path>.tmp.<pid>", fsync, rename. */
+enum mtpq_status mtpq__write_file_atomic(const char *path, const void *bytes, size_t n,
+                                         struct mtpq_err *err);
+/* Temporary sibling name "<path>.tmp.<pid>" (free with free()). */
+char *mtpq__tmp_name(const char *path);
+/* Seconds from a monotonic clock. */
+double mtpq__now(void);
+
+#endif
