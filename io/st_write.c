@@ -182,7 +182,7 @@ static int cmp_meta(const void *a, const void *b) {
 
 static enum mtpq_status build_header(struct mtpq_st_writer *w, struct sbuf *b,
                                      struct mtpq_err *err) {
-  qsort(w->t, w->n, sizeof *w->t, cmp_wname);
+  if (w->n) qsort(w->t, w->n, sizeof *w->t, cmp_wname);
   struct wtensor **ord = malloc((w->n ? w->n : 1) * sizeof *ord);
   if (!ord) return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: out of memory", w->path);
   for (size_t i = 0; i < w->n; i++) ord[i] = &w->t[i];
@@ -195,7 +195,7 @@ static enum mtpq_status build_header(struct mtpq_st_writer *w, struct sbuf *b,
   free(ord);
   /* Pairs are sorted as units: keys are unique, so comparing the key of each
    * 2-pointer record orders the pairs. */
-  qsort(w->meta, w->n_meta, 2 * sizeof *w->meta, cmp_meta);
+  if (w->n_meta) qsort(w->meta, w->n_meta, 2 * sizeof *w->meta, cmp_meta);
 
   sb_put(b, "{", 1);
   int first = 1;
@@ -284,7 +284,7 @@ enum mtpq_status mtpq_stw_write(struct mtpq_st_writer *w, const char *name, uint
   if (!w->begun || w->committed)
     return mtpq_err_set(err, MTPQ_E_INVAL, "%s: write outside begin/commit", w->path);
   struct wtensor key = {.name = (char *)name};
-  struct wtensor *t = bsearch(&key, w->t, w->n, sizeof *w->t, cmp_wname);
+  struct wtensor *t = w->n ? bsearch(&key, w->t, w->n, sizeof *w->t, cmp_wname) : NULL;
   if (!t) return mtpq_err_set(err, MTPQ_E_INVAL, "%s: tensor %s was not declared", w->path, name);
   if (at > t->nbytes || n > t->nbytes - at)
     return mtpq_err_set(err, MTPQ_E_INVAL,

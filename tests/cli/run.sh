@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# CLI tests: exit codes, stdout/stderr contents, and that bad input leaves a
+# clear message naming the file. Usage: run.sh MTPQ TESTDATA ST_TOOL
+set -u
+MTPQ=$1 TESTDATA=$2 ST_TOOL=$3
+MODEL=$TESTDATA/tiny-qwen3next/model
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
+pass=0 fail=0
+
+# run NAME WANT_EXIT CMD...  -> captures $SCRATCH/out, $SCRATCH/err
+run() {
+  local name=$1 want=$2
+  shift 2
+  "$@" >"$SCRATCH/out" 2>"$SCRATCH/err"
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL $name: exit $rc, want $want"; sed 's/^/  stderr: /' "$SCRATCH/err" | head -5
+    fail=$((fail + 1)); return 1
+  fi
+  pass=$((pass + 1)); return 0
+}
+# has NAME FILE PATTERN  (grep -E)
+has() {
+  if grep -Eq -- "$3" "$SCRATCH/$2"; then pass=$((pass + 1))
+  else echo "FAIL $1: $2 lacks /$3/"; sed 's/^/  | /' "$SCRATCH/$2" | head -8; fail=$((fail + 1)); fi
+}
+empty() {
+  if [ ! -s "$SCRATCH/$2" ]; then pass=$((pass + 1))
+  else echo "FAIL $1: $2 not empty"; fail=$((fail + 1)); fi
+}
+
+run help 0 "$MTPQ" --help && has help out '^Usage: mtpq COMMAND' && has help out 'inspect'
+run help_cmd 0 "$MTPQ" help inspect && has help_cmd out '^Usage: mtpq inspect' && has help_cmd out -- '--json'
+run inspect_h 0 "$MTPQ" inspect --help && has inspect_h out '^Usage: mtpq inspect'
+run version 0 "$MTPQ" --version && has version out '^mtpq [0-9]+\.[0-9]+\.[0-9]+$'
+run no_args 2 "$MTPQ" && has no_args err 'Usage'
+run bad_cmd 2 "$MTPQ" frobnicate && has bad_cmd err "unknown command 'frobnicate'" && has bad_cmd err "mtpq --help"
+run bad_opt 2 "$MTPQ" inspect --bogus "$MODEL" && has bad_opt err "unknown option '--bogus'" && has bad_opt err "mtpq help inspect"
+run no_path 2 "$MTPQ" inspect && has no_path err 'exactly one PATH'
+run two_paths 2 "$MTPQ" inspect a b
+run flag_value 2 "$MTPQ" inspect --json=yes "$MODEL" && has flag_value err 'takes no value'
+run help_unknown 2 "$MTPQ" help nothing
+run missing 3 "$MTPQ" inspect "$SCRATCH/does-not-exist" && has missing err 'does-not-exist'
+run exit_codes 0 "$MTPQ" help exit-codes && has exit_codes out '^4 +E_ST_OVERLAP'
+
+# The shipped example.
+run inspect_text 0 "$MTPQ" inspect "$MODEL"
+has inspect_text out '311 tensors in 2 shards'
+has inspect_text out '^family: +qwen3_next \(Qwen3NextForCausalLM\)'
+has inspect_text out '^mtp: +1 layer, MoE with 16 experts \(per-expert\)'
+has inspect_text out 'tied embeddings'
+has inspect_text out '^mtp\.layers\.0\.mlp\.experts\.15\.up_proj\.weight +BF16 +\[64, 128\] +16384 +model-00002-of-00002\.safetensors'
+has inspect_text out '^model\.embed_tokens\.weight +BF16 +\[151936, 128\] +38895616 +model-00001-of-00002\.safetensors'
+run inspect_summary 0 "$MTPQ" inspect -s "$MODEL"
+if grep -q 'up_proj.weight' "$SCRATCH/out"; then echo "FAIL inspect_summary: tensor table printed"; fail=$((fail + 1)); fi
+run inspect_file 0 "$MTPQ" inspect "$MODEL/model-00001-of-00002.safetensors" && has inspect_file out '1 tensors in 1 shard'
+
+run inspect_json 0 "$MTPQ" inspect --json "$MODEL"
+if python3 - "$SCRATCH/out" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["tensors"]) == 311, len(d["tensors"])
+assert {t["shard"] for t in d["tensors"]} == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+assert d["family"] == "qwen3_next", d["family"]
+assert d["mtp"] == {"layers": 1, "experts": 16, "expert_layout": "per-expert", "tensors": 65, "bytes": d["mtp"]["bytes"]}, d["mtp"]
+assert d["tied_embeddings"] is True
+t = {x["name"]: x for x in d["tensors"]}["mtp.fc.weight"]
+assert t["dtype"] == "BF16" and t["shape"] == [128, 256] and t["bytes"] == 65536, t
+PY
+then pass=$((pass + 1)); else echo "FAIL inspect_json: JSON contract"; fail=$((fail + 1)); fi
+
+# Hostile input: exit 4 (format), message names the file and the tensor.
+python3 - "$SCRATCH/short.safetensors" <<'PY'
+import struct, sys
+h = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}'
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4))
+PY
+run hostile_size 4 "$MTPQ" inspect "$SCRATCH/short.safetensors"
+has hostile_size err 'short\.safetensors'
+has hostile_size err 'tensor w'
+has hostile_size err 'E_ST_'
+printf 'abc' >"$SCRATCH/tiny.safetensors"
+run hostile_tiny 4 "$MTPQ" inspect "$SCRATCH/tiny.safetensors" && has hostile_tiny err 'shorter than the 8-byte header length'
+mkdir -p "$SCRATCH/repo"
+"$ST_TOOL" write "$SCRATCH/repo/a.safetensors" 1 >/dev/null
+echo '{"weight_map": {"x": "../a.safetensors"}}' >"$SCRATCH/repo/model.safetensors.index.json"
+run hostile_index 4 "$MTPQ" inspect "$SCRATCH/repo" && has hostile_index err 'not a file name in the same directory'
+echo '{"hidden_size": 8}' >"$SCRATCH/repo/config.json"
+rm "$SCRATCH/repo/model.safetensors.index.json"
+run bad_config 4 "$MTPQ" inspect "$SCRATCH/repo" && has bad_config err 'config\.json: required field'
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
