@@ -1,0 +1,215 @@
+/* Scalar number formats shared by the C reference and the CUDA kernels.
+ *
+ * This header compiles as C11 and under nvcc (functions are host+device), so
+ * the CPU and the GPU run literally the same arithmetic. Every float
+ * operation here is one IEEE binary32 operation (the build forbids FMA
+ * contraction: -ffp-contract=off for C, --fmad=false for CUDA), which is what
+ * makes byte equality with torch/ModelOpt possible.
+ *
+ * References: ../shared/docs/formats.md sections 1-2 and 5.
+ *  - E4M3 (float8_e4m3fn): s eeee mmm, bias 7, no inf, 0x7F/0xFF NaN, max 448.
+ *    float -> e4m3 is torch's c10 routine: RNE; magnitudes >= 480 and NaN give
+ *    NaN, and (464, 480) rounds to 0x7F = NaN too (no saturation).
+ *  - E2M1 (FP4): code = sign<<3 | idx, values {0,.5,1,1.5,2,3,4,6}; ModelOpt's
+ *    _cast_fp4 tie rules (round half to even on the grid, > 5 saturates to 6,
+ *    NaN -> 7, the sign bit set only when y < 0).
+ *  - bf16: upper half of binary32; float -> bf16 rounds to nearest even, NaN
+ *    becomes 0x7FC0.
+ */
+#ifndef MTPQ_QUANT_NUMERICS_H
+#define MTPQ_QUANT_NUMERICS_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define MTPQ_HD __host__ __device__ __forceinline__
+#else
+#include <string.h>
+#define MTPQ_HD static inline
+#endif
+
+/* Which torch arithmetic to reproduce for "tensor / Python scalar":
+ * CUDA multiplies by the float32 reciprocal, the CPU divides. */
+enum mtpq_arith { MTPQ_ARITH_CUDA = 0, MTPQ_ARITH_CPU = 1 };
+
+#define MTPQ_E4M3_MAX 448.0f
+#define MTPQ_E2M1_MAX 6.0f
+#define MTPQ_NVFP4_BLOCK 16
+/* RN32(1/2688) and RN32(1/448): the reciprocals torch's CUDA kernels use. */
+#define MTPQ_INV_2688_BITS 0x39C30C31u
+#define MTPQ_INV_448_BITS 0x3B124925u
+/* E4M3 code of 1.0, the block scale ModelOpt gives an all-zero block. */
+#define MTPQ_E4M3_ONE 0x38u
+
+MTPQ_HD uint32_t mtpq_f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+MTPQ_HD float mtpq_f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+MTPQ_HD float mtpq_bf16_to_f32(uint16_t h) { return mtpq_f32_from_bits((uint32_t)h << 16); }
+
+MTPQ_HD uint16_t mtpq_f32_to_bf16(float f) {
+  uint32_t u = mtpq_f32_bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* RN_bf16 as a float value. */
+MTPQ_HD float mtpq_round_bf16(float f) { return mtpq_bf16_to_f32(mtpq_f32_to_bf16(f)); }
+
+/* torch c10 fp8e4m3fn_from_fp32_value. */
+MTPQ_HD uint8_t mtpq_e4m3_from_f32(float f) {
+  const uint32_t fp8_max = 1087u << 20;     /* 480.0 */
+  const uint32_t denorm_mask = 141u << 23;  /* 2^14 as float */
+  uint32_t u = mtpq_f32_bits(f);
+  uint32_t sign = u & 0x80000000u;
+  uint8_t r;
+  u ^= sign;
+  if (u >= fp8_max) {
+    r = 0x7F;
+  } else if (u < (121u << 23)) {
+    /* Subnormal range: the float add rounds to a 2^-9 grid (RNE). */
+    u = mtpq_f32_bits(mtpq_f32_from_bits(u) + mtpq_f32_from_bits(denorm_mask));
+    r = (uint8_t)(u - denorm_mask);
+  } else {
+    uint32_t mant_odd = (u >> 20) & 1u;
+    u += ((uint32_t)(7 - 127) << 23) + 0x7FFFFu;
+    u += mant_odd;
+    r = (uint8_t)(u >> 20);
+  }
+  return (uint8_t)(r | (sign >> 24));
+}
+
+/* Saturating variant: clamp to [-448, 448] first (NaN stays NaN). */
+MTPQ_HD uint8_t mtpq_e4m3_from_f32_sat(float f) {
+  if (f > MTPQ_E4M3_MAX) f = MTPQ_E4M3_MAX;
+  else if (f < -MTPQ_E4M3_MAX) f = -MTPQ_E4M3_MAX;
+  return mtpq_e4m3_from_f32(f);
+}
+
+MTPQ_HD float mtpq_e4m3_to_f32(uint8_t b) {
+  uint32_t s = (uint32_t)(b & 0x80) << 24;
+  uint32_t e = (b >> 3) & 0xF, m = b & 7;
+  if (e == 0xF && m == 7) return mtpq_f32_from_bits(s | 0x7FC00000u);
+  if (e == 0) /* subnormal: m * 2^-9, exact in binary32 */
+    return mtpq_f32_from_bits(s | mtpq_f32_bits((float)m * 0.001953125f));
+  return mtpq_f32_from_bits(s | ((e + 120u) << 23) | (m << 20));
+}
+
+/* ModelOpt NVFP4QTensor._cast_fp4 on one value. */
+MTPQ_HD uint8_t mtpq_e2m1_code(float y) {
+  float m = y < 0 ? -y : y;
+  uint8_t idx;
+  if (m != m) {
+    idx = 7; /* searchsorted puts NaN past the end */
+  } else {
+    idx = (uint8_t)((m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) +
+                    (m >= 3.5f) + (m > 5.0f));
+  }
+  return (uint8_t)(((y < 0) << 3) | idx);
+}
+
+MTPQ_HD float mtpq_e2m1_to_f32(uint8_t code) {
+  /* Value of idx = code & 7 is {0, .5, 1, 1.5, 2, 3, 4, 6}. */
+  uint8_t i = code & 7;
+  float v = i < 4 ? 0.5f * (float)i : (i == 7 ? 6.0f : (float)(i - 2));
+  return (code & 8) ? -v : v;
+}
+
+/* NVFP4 global scale S2 = amax / 2688 in the chosen arithmetic. */
+MTPQ_HD float mtpq_nvfp4_global_scale(float amax, enum mtpq_arith a) {
+  return a == MTPQ_ARITH_CUDA ? amax * mtpq_f32_from_bits(MTPQ_INV_2688_BITS) : amax / 2688.0f;
+}
+
+/* FP8 per-tensor scale amax / 448 in the chosen arithmetic. */
+MTPQ_HD float mtpq_fp8_scale_f32(float amax, enum mtpq_arith a) {
+  return a == MTPQ_ARITH_CUDA ? amax * mtpq_f32_from_bits(MTPQ_INV_448_BITS) : amax / 448.0f;
+}
+
+/* Block scale code from the block amax and D = RN32(6 * S2) (ModelOpt >=
+ * 0.45: zero -> 1.0, clamp to [2^-9, 448], then the E4M3 cast). */
+MTPQ_HD uint8_t mtpq_nvfp4_block_scale(float block_amax, float D) {
+  float s = block_amax / D;
+  if (s == 0.0f) s = 1.0f;
+  if (s < 0.001953125f) s = 0.001953125f;
+  if (s > MTPQ_E4M3_MAX) s = MTPQ_E4M3_MAX;
+  return mtpq_e4m3_from_f32(s);
+}
+
+/* Quantize one 16-element block of bf16 values (pad with zeros before the
+ * call). Writes 8 packed bytes (even element in the low nibble) and returns
+ * the E4M3 block scale. S2 == 0 (an all-zero tensor) is special-cased to
+ * scale 1.0 and zero codes, where ModelOpt would emit NaN scales. */
+MTPQ_HD uint8_t mtpq_nvfp4_block(const uint16_t *x16, float S2, uint8_t *out8) {
+  float v[MTPQ_NVFP4_BLOCK];
+  float amax = 0.0f;
+  for (int i = 0; i < MTPQ_NVFP4_BLOCK; i++) {
+    v[i] = mtpq_bf16_to_f32(x16[i]);
+    float m = v[i] < 0 ? -v[i] : v[i];
+    amax = m > amax ? m : amax;
+  }
+  if (S2 == 0.0f) {
+    for (int i = 0; i < 8; i++) out8[i] = 0;
+    return MTPQ_E4M3_ONE;
+  }
+  float D = 6.0f * S2;
+  uint8_t q = mtpq_nvfp4_block_scale(amax, D);
+  float g = mtpq_e4m3_to_f32(q) * S2;
+  for (int i = 0; i < 8; i++) {
+    uint8_t lo = mtpq_e2m1_code(v[2 * i] / g);
+    uint8_t hi = mtpq_e2m1_code(v[2 * i + 1] / g);
+    out8[i] = (uint8_t)(lo | (hi << 4));
+  }
+  return q;
+}
+
+/* FP8 per-tensor element, three recipes (formats.md section 5 and golden/):
+ *  F32:              q = e4m3(clamp(x / scale, -448, 448))          (any arith)
+ *  MODELOPT_QTENSOR: scale is bf16-valued; q = e4m3(RN_bf16(x / scale))
+ *  MODELOPT_EXPORT:  CUDA divides by RN_bf16(scale), CPU by scale, then
+ *                    q = e4m3(RN_bf16(quotient))                     (no clamp)
+ * A zero scale (all-zero tensor) gives zero codes. */
+enum mtpq_fp8_recipe {
+  MTPQ_FP8_F32 = 0,
+  MTPQ_FP8_MODELOPT_QTENSOR = 1,
+  MTPQ_FP8_MODELOPT_EXPORT = 2,
+};
+
+/* The scale stored as weight_scale for each recipe. */
+MTPQ_HD float mtpq_fp8_scale(float amax, enum mtpq_fp8_recipe r, enum mtpq_arith a) {
+  if (r == MTPQ_FP8_MODELOPT_QTENSOR) /* bf16 tensor / 448 in bf16 */
+    return mtpq_round_bf16(mtpq_fp8_scale_f32(amax, a));
+  return mtpq_fp8_scale_f32(amax, a);
+}
+
+/* divisor: the value each element is divided by (precomputed per tensor by
+ * mtpq_fp8_divisor). */
+MTPQ_HD float mtpq_fp8_divisor(float scale, enum mtpq_fp8_recipe r, enum mtpq_arith a) {
+  if (r == MTPQ_FP8_MODELOPT_EXPORT && a == MTPQ_ARITH_CUDA) return mtpq_round_bf16(scale);
+  return scale;
+}
+
+MTPQ_HD uint8_t mtpq_fp8_element(uint16_t x, float divisor, enum mtpq_fp8_recipe r) {
+  if (divisor == 0.0f) return 0;
+  float y = mtpq_bf16_to_f32(x) / divisor;
+  if (r == MTPQ_FP8_F32) return mtpq_e4m3_from_f32_sat(y);
+  return mtpq_e4m3_from_f32(mtpq_round_bf16(y));
+}
+
+#endif
