@@ -58,6 +58,9 @@ int cli_parse(const char *cmd, const struct cli_opt *tbl, int argc, char **argv,
 int cli_opt_index(const struct cli_opt *tbl, const char *name);
 int cli_has(const struct cli_opt *tbl, const struct cli_args *a, const char *name);
 const char *cli_str(const struct cli_opt *tbl, const struct cli_args *a, const char *name);
+/* Value of an OPT_UINT option (validated by cli_parse), or dflt if absent. */
+unsigned long long cli_uint(const struct cli_opt *tbl, const struct cli_args *a, const char *name,
+                            unsigned long long dflt);
 void cli_print_options(FILE *fp, const struct cli_opt *tbl);
 
 /* ---- commands (cli/main.c) ---- */
@@ -72,5 +75,9 @@ struct cli_cmd {
 
 int cmd_inspect(int argc, char **argv);
 extern const struct cli_opt inspect_opts[];
+int cmd_verify(int argc, char **argv);
+extern const struct cli_opt verify_opts[];
+int cmd_bench_quant(int argc, char **argv);
+extern const struct cli_opt bench_quant_opts[];
 
 #endif

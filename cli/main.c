@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "quant/quant.h"
 
 static const struct cli_cmd commands[] = {
     {"inspect", "list tensors, family and MTP layout of a checkpoint",
@@ -11,6 +12,19 @@ static const struct cli_cmd commands[] = {
      "model.safetensors.index.json, or a folder of *.safetensors files).\n"
      "With --json, prints one JSON object: tensors (name, dtype, shape, bytes,\n"
      "shard), groups, family, mtp {layers, experts, expert_layout}, ...\n"},
+    {"verify-bitexact", "prove byte equality of quantized tensors",
+     "[options] A B\n       mtpq verify-bitexact --requantize [options] SOURCE REFERENCE",
+     verify_opts, cmd_verify,
+     "Without --requantize, compares two safetensors files or repos tensor by\n"
+     "tensor. With --requantize, quantizes every quantized tensor of REFERENCE\n"
+     "(NVFP4: X.weight U8 + X.weight_scale F8_E4M3 + X.weight_scale_2 F32; FP8:\n"
+     "X.weight F8_E4M3 + X.weight_scale F32) from SOURCE's BF16 X.weight and\n"
+     "compares every byte. Exit 0 only if everything is identical; 9 if not.\n"},
+    {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]",
+     bench_quant_opts, cmd_bench_quant,
+     "Times NVFP4 and FP8 quantization of a BF16 matrix on 1 thread, all\n"
+     "threads and (when built with CUDA and a device is present) the GPU, and\n"
+     "prints GB/s of BF16 input. Outputs are checked equal to the reference.\n"},
     {NULL, NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -29,7 +43,9 @@ static void print_main_help(FILE *fp) {
         fp);
   for (const struct cli_cmd *c = commands; c->name; c++)
     fprintf(fp, "  %-18s %s\n", c->name, c->summary);
-  fputs("\nEvery command accepts -h/--help, -q/--quiet and -v/--verbose.\n"
+  fputs("\nFormats (mtpq help formats):", fp);
+  for (int f = 0; f < MTPQ_FMT_COUNT; f++) fprintf(fp, " %s", mtpq_format_get((enum mtpq_format)f)->name);
+  fputs("\n\nEvery command accepts -h/--help, -q/--quiet and -v/--verbose.\n"
         "Exit status: see 'mtpq help exit-codes' or mtpq(1).\n",
         fp);
 }
@@ -50,6 +66,14 @@ static int help_main(int argc, char **argv) {
     /* Machine-readable: every long option of every command (drift tests). */
     for (const struct cli_cmd *c = commands; c->name; c++)
       for (int i = 0; c->opts[i].name; i++) printf("%s --%s\n", c->name, c->opts[i].name);
+    return 0;
+  }
+  if (strcmp(argv[0], "formats") == 0) {
+    for (int f = 0; f < MTPQ_FMT_COUNT; f++) {
+      const struct mtpq_format_info *fi = mtpq_format_get((enum mtpq_format)f);
+      printf("%-22s block %-3d %s%s\n    scales: %s\n", fi->name, fi->block, fi->description,
+             fi->has_gpu ? " [gpu]" : "", fi->scale_layout);
+    }
     return 0;
   }
   if (strcmp(argv[0], "exit-codes") == 0) {

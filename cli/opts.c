@@ -23,6 +23,12 @@ const char *cli_str(const struct cli_opt *tbl, const struct cli_args *a, const c
   return i >= 0 ? a->val[i] : NULL;
 }
 
+unsigned long long cli_uint(const struct cli_opt *tbl, const struct cli_args *a, const char *name,
+                            unsigned long long dflt) {
+  const char *v = cli_str(tbl, a, name);
+  return v ? strtoull(v, NULL, 10) : dflt;
+}
+
 static int check_value(const char *cmd, const struct cli_opt *o, const char *v) {
   char *end = NULL;
   errno = 0;

@@ -3,6 +3,8 @@
  * kernels; this file handles shapes, padding, amax, threads and memory. */
 #include "quant/quant.h"
 
+#include "quant/cpu_rows.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,15 +25,16 @@ struct mtpq_quant_opts mtpq_quant_default_opts(void) {
 enum mtpq_status mtpq_amax_bf16(const void *bf16, size_t n, const char *label, float *amax,
                                 struct mtpq_err *err) {
   const unsigned char *p = bf16;
-  /* |x| as bits: for finite bf16, the larger magnitude has the larger bits. */
-  uint16_t best = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint16_t a = load_bf16(p + 2 * i) & 0x7FFF;
-    if (a >= 0x7F80)
-      return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: element %zu is %s", label ? label : "tensor",
-                          i, a == 0x7F80 ? "infinite" : "NaN");
-    if (a > best) best = a;
-  }
+  /* |x| as bits: for finite bf16 the larger magnitude has the larger bits,
+   * and Inf/NaN have the largest (>= 0x7F80), so one max finds both. */
+  uint16_t best = mtpq__amax_bits(p, n);
+  if (best >= 0x7F80)
+    for (size_t i = 0; i < n; i++) {
+      uint16_t a = load_bf16(p + 2 * i) & 0x7FFF;
+      if (a >= 0x7F80)
+        return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: element %zu is %s",
+                            label ? label : "tensor", i, a == 0x7F80 ? "infinite" : "NaN");
+    }
   *amax = mtpq_bf16_to_f32(best);
   return MTPQ_OK;
 }
@@ -88,20 +91,9 @@ struct nvfp4_ctx {
 static void nvfp4_rows(void *vctx, int64_t r0, int64_t r1) {
   const struct nvfp4_ctx *c = vctx;
   int64_t nb = c->cols16 / MTPQ_NVFP4_BLOCK;
-  uint16_t blk[MTPQ_NVFP4_BLOCK];
-  for (int64_t r = r0; r < r1; r++) {
-    const unsigned char *row = c->x + (size_t)r * (size_t)c->cols * 2;
-    for (int64_t b = 0; b < nb; b++) {
-      int64_t c0 = b * MTPQ_NVFP4_BLOCK;
-      if (c0 + MTPQ_NVFP4_BLOCK <= c->cols) {
-        memcpy(blk, row + c0 * 2, sizeof blk);
-      } else {
-        memset(blk, 0, sizeof blk);
-        memcpy(blk, row + c0 * 2, (size_t)(c->cols - c0) * 2);
-      }
-      c->scales[r * nb + b] = mtpq_nvfp4_block(blk, c->S2, c->packed + r * (c->cols16 / 2) + c0 / 2);
-    }
-  }
+  for (int64_t r = r0; r < r1; r++)
+    mtpq__nvfp4_row(c->x + (size_t)r * (size_t)c->cols * 2, c->cols, c->S2,
+                    c->packed + r * (c->cols16 / 2), c->scales + r * nb);
 }
 
 static enum mtpq_status nvfp4_quantize(const void *bf16, int64_t rows, int64_t cols,
@@ -166,11 +158,14 @@ struct fp8_ctx {
 
 static void fp8_rows(void *vctx, int64_t r0, int64_t r1) {
   const struct fp8_ctx *c = vctx;
+  if (!c->cast) {
+    mtpq__fp8_row(c->x + 2 * r0 * c->cols, (r1 - r0) * c->cols, c->divisor, c->recipe,
+                  c->out + r0 * c->cols);
+    return;
+  }
   for (int64_t i = r0 * c->cols; i < r1 * c->cols; i++) {
-    uint16_t x = load_bf16(c->x + 2 * i);
-    if (c->cast == 1) c->out[i] = mtpq_e4m3_from_f32(mtpq_bf16_to_f32(x));
-    else if (c->cast == 2) c->out[i] = mtpq_e4m3_from_f32_sat(mtpq_bf16_to_f32(x));
-    else c->out[i] = mtpq_fp8_element(x, c->divisor, c->recipe);
+    float v = mtpq_bf16_to_f32(load_bf16(c->x + 2 * i));
+    c->out[i] = c->cast == 1 ? mtpq_e4m3_from_f32(v) : mtpq_e4m3_from_f32_sat(v);
   }
 }
 

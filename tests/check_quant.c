@@ -310,6 +310,73 @@ START_TEST(test_group_and_bad_values) {
 }
 END_TEST
 
+/* The vectorized CPU row kernels (quant/cpu_rows.c) against the scalar
+ * per-block / per-element functions the CUDA kernels use, on heavy-tailed
+ * data with exact ties, zeros and every recipe. */
+START_TEST(test_rows_equal_block_reference) {
+  static const int64_t widths[] = {16, 40, 200, 1040, 4096};
+  for (size_t wi = 0; wi < 5; wi++) {
+    int64_t rows = 7, cols = widths[wi], cols16 = (cols + 15) / 16 * 16;
+    uint16_t *x = gaussian_bf16((size_t)(rows * cols), 100 + wi, 0.03f);
+    uint64_t s = 5 + wi;
+    for (int64_t i = 0; i < rows * cols; i += 3) /* grid values and ties */
+      x[i] = mtpq_f32_to_bf16((float)((int)(tu_rand(&s) % 25) - 12) * 0.25f * 0.01f);
+    x[5] = mtpq_f32_to_bf16(-3.0f); /* sets the amax */
+    for (int arith = 0; arith < 2; arith++) {
+      struct mtpq_quant_opts o = mtpq_quant_default_opts();
+      o.arith = (enum mtpq_arith)arith;
+      struct mtpq_qtensor q;
+      struct mtpq_err err = {0};
+      ck_assert_int_eq(mtpq_quantize(MTPQ_FMT_NVFP4, x, rows, cols, &o, &q, &err), MTPQ_OK);
+      uint8_t packed[8];
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < cols16 / 16; b++) {
+          uint16_t blk[16] = {0};
+          for (int i = 0; i < 16 && b * 16 + i < cols; i++) blk[i] = x[r * cols + b * 16 + i];
+          uint8_t sc = mtpq_nvfp4_block(blk, q.scale, packed);
+          ck_assert_msg(sc == q.scales[r * (cols16 / 16) + b], "width %lld row %lld block %lld scale",
+                        (long long)cols, (long long)r, (long long)b);
+          ck_assert_msg(memcmp(packed, q.data + r * (cols16 / 2) + b * 8, 8) == 0,
+                        "width %lld row %lld block %lld codes", (long long)cols, (long long)r, (long long)b);
+        }
+      mtpq_qtensor_free(&q);
+      for (int f = MTPQ_FMT_FP8; f <= MTPQ_FMT_FP8_MODELOPT_EXPORT; f++) {
+        static const enum mtpq_fp8_recipe rec[] = {MTPQ_FP8_F32, MTPQ_FP8_MODELOPT_QTENSOR,
+                                                   MTPQ_FP8_MODELOPT_EXPORT};
+        enum mtpq_fp8_recipe r = rec[f - MTPQ_FMT_FP8];
+        ck_assert_int_eq(mtpq_quantize((enum mtpq_format)f, x, rows, cols, &o, &q, &err), MTPQ_OK);
+        float div = mtpq_fp8_divisor(q.scale, r, o.arith);
+        for (int64_t i = 0; i < rows * cols; i++)
+          ck_assert_msg(q.data[i] == mtpq_fp8_element(x[i], div, r), "%s element %lld: 0x%02x vs 0x%02x",
+                        mtpq_format_get((enum mtpq_format)f)->name, (long long)i, q.data[i],
+                        mtpq_fp8_element(x[i], div, r));
+        mtpq_qtensor_free(&q);
+      }
+    }
+    free(x);
+  }
+  /* The select-based E4M3 cast of the FP8 rows, on every bf16 pattern scaled
+   * into every range (subnormal, normal, tie, overflow-to-NaN). */
+  uint16_t *all = malloc(65536 * 2);
+  for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+  for (int i = 0; i < 65536; i++)
+    if ((all[i] & 0x7F80) == 0x7F80) all[i] = 0; /* inputs are finite */
+  struct mtpq_quant_opts o = mtpq_quant_default_opts();
+  o.group_amax = 448.0f * 448.0f; /* divisor 448: exercises every output range */
+  struct mtpq_qtensor q;
+  struct mtpq_err err = {0};
+  for (int f = MTPQ_FMT_FP8; f <= MTPQ_FMT_FP8_MODELOPT_EXPORT; f++) {
+    static const enum mtpq_fp8_recipe rec[] = {MTPQ_FP8_F32, MTPQ_FP8_MODELOPT_QTENSOR, MTPQ_FP8_MODELOPT_EXPORT};
+    ck_assert_int_eq(mtpq_quantize((enum mtpq_format)f, all, 1, 65536, &o, &q, &err), MTPQ_OK);
+    float div = mtpq_fp8_divisor(q.scale, rec[f - MTPQ_FMT_FP8], o.arith);
+    for (int i = 0; i < 65536; i++)
+      ck_assert_msg(q.data[i] == mtpq_fp8_element(all[i], div, rec[f - MTPQ_FMT_FP8]), "bf16 0x%04x", i);
+    mtpq_qtensor_free(&q);
+  }
+  free(all);
+}
+END_TEST
+
 static Suite *quant_suite(void) {
   Suite *s = suite_create("quant");
   TCase *tc = tcase_create("golden");
@@ -323,6 +390,7 @@ static Suite *quant_suite(void) {
   tcase_add_test(tc, test_formats_doc_vector);
   tcase_add_loop_test(tc, test_format_table, 0, MTPQ_FMT_COUNT);
   tcase_add_test(tc, test_group_and_bad_values);
+  tcase_add_test(tc, test_rows_equal_block_reference);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -18,5 +18,10 @@ for name in $("$MTPQ" help exit-codes | awk '{print $2}'); do
   if grep -qw -- "$name" "$MAN"; then pass=$((pass + 1))
   else echo "FAIL: status $name missing from $MAN"; fail=$((fail + 1)); fi
 done
+for fmt in $("$MTPQ" help formats | awk '/^[a-z]/{print $1}'); do
+  esc=$(printf "%s" "$fmt" | sed 's/-/\\\\-/g')
+  if sed -n '/^\.SH FORMATS/,/^\.SH [^F]/p' "$MAN" | grep -q -- "^\.B $esc\$"; then pass=$((pass + 1))
+  else echo "FAIL: format $fmt missing from FORMATS"; fail=$((fail + 1)); fi
+done
 echo "man_drift: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

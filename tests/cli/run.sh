@@ -90,5 +90,20 @@ echo '{"hidden_size": 8}' >"$SCRATCH/repo/config.json"
 rm "$SCRATCH/repo/model.safetensors.index.json"
 run bad_config 4 "$MTPQ" inspect "$SCRATCH/repo" && has bad_config err 'config\.json: required field'
 
+# verify-bitexact and bench-quant: usage errors and a tiny real run.
+run verify_args 2 "$MTPQ" verify-bitexact "$MODEL" && has verify_args err 'two paths'
+run verify_arith 2 "$MTPQ" verify-bitexact --requantize --arith gpu a b && has verify_arith err 'cuda or cpu'
+run verify_norequant 2 "$MTPQ" verify-bitexact --arith cpu a b && has verify_norequant err 'need --requantize'
+run verify_recipe 2 "$MTPQ" verify-bitexact --requantize --fp8-recipe fast a b
+run verify_self 0 "$MTPQ" verify-bitexact "$MODEL" "$MODEL" && has verify_self out '^summary: 311 tensors, 311 identical, 0 differ'
+run verify_noquant 4 "$MTPQ" verify-bitexact --requantize "$MODEL" "$MODEL" && has verify_noquant err 'no quantized tensors'
+run verify_missing 9 "$MTPQ" verify-bitexact "$MODEL" "$MODEL/model-00002-of-00002.safetensors"
+has verify_missing out '^MISSING +model\.embed_tokens\.weight'
+run bench_small 0 "$MTPQ" bench-quant --rows 64 --cols 256 --iters 2 --no-gpu
+has bench_small out '^nvfp4 +cpu +1 .* yes$'
+has bench_small out '^fp8 +cpu +1 .* yes$'
+run bench_bad 2 "$MTPQ" bench-quant --rows 0
+run formats 0 "$MTPQ" help formats && has formats out '^nvfp4 ' && has formats out '^fp8-modelopt-export '
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# On the GPU machine: unpack the carried Debian packages, configure with CUDA
+# (sm_90a), build into build-gpu/. Source it: `. .ci/device-build.sh`.
+set -euo pipefail
+mkdir -p /tmp/deps
+for f in .device-debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+export D=/tmp/deps/usr
+export CMAKE_PREFIX_PATH=$D PKG_CONFIG_PATH=$D/lib/x86_64-linux-gnu/pkgconfig:$D/share/pkgconfig
+export LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The .pc files say prefix=/usr; point them at the unpacked tree.
+for pc in "$D"/lib/x86_64-linux-gnu/pkgconfig/*.pc; do sed -i "s#^prefix=/usr#prefix=$D#" "$pc"; done
+cmake -S . -B build-gpu -DMTPQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMTPQ_BUILD_TESTS=ON \
+  -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_BUILD_RPATH="$D/lib/x86_64-linux-gnu" \
+  > "${OUT:-/tmp}/configure.log" 2>&1 || { tail -40 "${OUT:-/tmp}/configure.log"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" > "${OUT:-/tmp}/build.log" 2>&1 || { tail -60 "${OUT:-/tmp}/build.log"; exit 1; }
