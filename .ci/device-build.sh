@@ -8,7 +8,8 @@ export D=/tmp/deps/usr
 export CMAKE_PREFIX_PATH=$D PKG_CONFIG_PATH=$D/lib/x86_64-linux-gnu/pkgconfig:$D/share/pkgconfig
 export LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The .pc files say prefix=/usr; point them at the unpacked tree.
-for pc in "$D"/lib/x86_64-linux-gnu/pkgconfig/*.pc; do sed -i "s#^prefix=/usr#prefix=$D#" "$pc"; done
+for pc in "$D"/lib/x86_64-linux-gnu/pkgconfig/*.pc "$D"/share/pkgconfig/*.pc; do [ -f "$pc" ] && sed -i "s#=/usr\(/\|$\)#=$D\1#g" "$pc"; done
+rm -f build-gpu/CMakeCache.txt  # cached pkg-config paths may be stale
 cmake -S . -B build-gpu -DMTPQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMTPQ_BUILD_TESTS=ON \
   -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_BUILD_RPATH="$D/lib/x86_64-linux-gnu" \
   > "${OUT:-/tmp}/configure.log" 2>&1 || { tail -40 "${OUT:-/tmp}/configure.log"; exit 1; }

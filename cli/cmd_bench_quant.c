@@ -82,8 +82,9 @@ int cmd_bench_quant(int argc, char **argv) {
   if (!gpu && !cli_has(bench_quant_opts, &a, "no-gpu")) cli_warn("GPU rows skipped: %s", err.msg);
 
   static const enum mtpq_format fmts[] = {MTPQ_FMT_NVFP4, MTPQ_FMT_FP8};
-  struct row out[16];
+  struct row out[24];
   int nrow = 0, rc = 0;
+  double gpu_copy = 0;
   for (size_t fi = 0; fi < 2 && !rc; fi++) {
     enum mtpq_format f = fmts[fi];
     struct mtpq_qtensor ref = {0};
@@ -112,13 +113,18 @@ int cmd_bench_quant(int argc, char **argv) {
     }
     if (gpu && !rc) {
       struct mtpq_quant_opts o = mtpq_quant_default_opts();
-      double sec = 0;
+      struct mtpq_gpu_bench gt = {0};
       struct mtpq_qtensor q = {0};
       enum mtpq_status st = mtpq_gpu_quantize(f, x, rows, cols, &o, &q, &err);
-      if (!st) st = mtpq_gpu_quant_bench(f, x, rows, cols, &o, iters < 20 ? 20 : iters, &sec, &err);
+      if (!st) st = mtpq_gpu_quant_bench(f, x, rows, cols, &o, iters < 20 ? 20 : iters, &gt, &err);
       if (st) rc = cli_fail(st, &err);
-      else out[nrow++] = (struct row){mtpq_format_get(f)->name, "gpu", 0, sec, (double)n * 2 / sec / 1e9,
-                                      same(&ref, &q)};
+      else {
+        int eq = same(&ref, &q);
+        out[nrow++] = (struct row){mtpq_format_get(f)->name, "gpu", 0, gt.full, (double)n * 2 / gt.full / 1e9, eq};
+        out[nrow++] = (struct row){mtpq_format_get(f)->name, "gpu:amax", 0, gt.amax, (double)n * 2 / gt.amax / 1e9, eq};
+        out[nrow++] = (struct row){mtpq_format_get(f)->name, "gpu:q", 0, gt.quant, (double)n * 2 / gt.quant / 1e9, eq};
+        gpu_copy = gt.copy;
+      }
       mtpq_qtensor_free(&q);
     }
     mtpq_qtensor_free(&ref);
@@ -151,15 +157,19 @@ int cmd_bench_quant(int argc, char **argv) {
     printf("mtpq bench-quant: BF16 [%lld, %lld] (%.1f MB), median of %d runs%s%s\n",
            (long long)rows, (long long)cols, (double)n * 2 / 1e6, iters, gpu ? ", GPU: " : "",
            gpu ? mtpq_gpu_name() : "");
-    printf("%-8s %-6s %8s %12s %12s  %s\n", "format", "device", "threads", "ms", "GB/s in", "bytes = reference");
+    printf("%-8s %-9s %8s %12s %12s  %s\n", "format", "device", "threads", "ms", "GB/s in", "bytes = reference");
     for (int i = 0; i < nrow; i++) {
       char th[16];
       if (out[i].threads) snprintf(th, sizeof th, "%d", out[i].threads);
       else snprintf(th, sizeof th, "-");
-      printf("%-8s %-6s %8s %12.3f %12.2f  %s\n", out[i].fmt, out[i].where, th, out[i].seconds * 1e3,
+      printf("%-8s %-9s %8s %12.3f %12.2f  %s\n", out[i].fmt, out[i].where, th, out[i].seconds * 1e3,
              out[i].gbps, out[i].equal ? "yes" : "NO");
     }
   }
+  if (gpu_copy > 0 && !cli_has(bench_quant_opts, &a, "json"))
+    printf("gpu:amax = amax pass alone; gpu:q = quantization with the amax given; device copy of the\n"
+           "input for reference: %.3f ms = %.0f GB/s read+write\n",
+           gpu_copy * 1e3, (double)n * 4 / gpu_copy / 1e9);
   if (!all_equal) {
     cli_error("a configuration produced bytes different from the single-thread reference");
     return MTPQ_EXIT_DIFFERS;

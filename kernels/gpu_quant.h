@@ -27,12 +27,18 @@ enum mtpq_status mtpq_gpu_quantize(enum mtpq_format fmt, const void *bf16, int64
                                    int64_t cols, const struct mtpq_quant_opts *o,
                                    struct mtpq_qtensor *out, struct mtpq_err *err);
 
-/* Benchmark: input resident on the device, `iters` timed runs of the full
- * quantization (amax pass included unless group_amax >= 0) after warm-up;
- * *seconds gets the median per run (CUDA events). */
+/* Benchmark times in seconds (median of `iters` runs after warm-up, CUDA
+ * events), input resident on the device:
+ *   full:  amax pass + quantization (what mtpq_gpu_quantize runs)
+ *   amax:  the amax pass alone
+ *   quant: quantization with the amax given (group amax)
+ *   copy:  a device-to-device copy of the input (bandwidth reference) */
+struct mtpq_gpu_bench {
+  double full, amax, quant, copy;
+};
 enum mtpq_status mtpq_gpu_quant_bench(enum mtpq_format fmt, const void *bf16, int64_t rows,
                                       int64_t cols, const struct mtpq_quant_opts *o, int iters,
-                                      double *seconds, struct mtpq_err *err);
+                                      struct mtpq_gpu_bench *t, struct mtpq_err *err);
 
 #ifdef __cplusplus
 }

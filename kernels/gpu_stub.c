@@ -18,8 +18,8 @@ enum mtpq_status mtpq_gpu_quantize(enum mtpq_format fmt, const void *bf16, int64
 
 enum mtpq_status mtpq_gpu_quant_bench(enum mtpq_format fmt, const void *bf16, int64_t rows,
                                       int64_t cols, const struct mtpq_quant_opts *o, int iters,
-                                      double *seconds, struct mtpq_err *err) {
-  (void)fmt, (void)bf16, (void)rows, (void)cols, (void)o, (void)iters, (void)seconds;
+                                      struct mtpq_gpu_bench *t, struct mtpq_err *err) {
+  (void)fmt, (void)bf16, (void)rows, (void)cols, (void)o, (void)iters, (void)t;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
 #else

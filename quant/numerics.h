@@ -132,6 +132,55 @@ MTPQ_HD float mtpq_e2m1_to_f32(uint8_t code) {
   return (code & 8) ? -v : v;
 }
 
+/* E2M1 index (0..7) of RNE(m) on the E2M1 grid, m = |y| >= 0 or NaN, by
+ * float rounding instead of a compare chain: adding c (2^22, 2^23 or 2^24,
+ * whose ulp is the grid spacing 0.5, 1 or 2 of m's range) rounds m to the
+ * grid in one IEEE add with ties to even, which are ModelOpt's tie rules;
+ * m >= 6 and NaN saturate to 6. Equal to mtpq_e2m1_code(m) & 7 for every
+ * float (tests/check_quant.c checks all 2^31 non-negative patterns in the
+ * slow suite and a dense sample in the unit suite). */
+MTPQ_HD uint8_t mtpq_e2m1_index_rn(float m) {
+  float c = m < 2.0f ? 4194304.0f : (m < 4.0f ? 8388608.0f : 16777216.0f);
+  float mm = m < 6.0f ? m : 6.0f;
+  float v = (mm + c) - c;
+  if (v < 1.0f) return (uint8_t)(v > 0.0f);
+  return (uint8_t)((mtpq_f32_bits(v) >> 22) - 252u);
+}
+
+/* E2M1 code of RN32(x / g) without a division, when that is safe: rg must
+ * be RN32(1 / g) with g positive, normal and within [2^-100, 2^100].
+ * q = RN32(x * rg) is within 1.5 ulp of x / g, so unless q lies within 8
+ * ulps of a decision point of the E2M1 rounding (odd multiples of half the
+ * grid spacing) RN32(x / g) rounds to the same code. Returns 0 (and leaves
+ * *code unset) when q is that close, or tiny; the caller then divides. */
+MTPQ_HD int mtpq_e2m1_code_try(float x, float rg, uint8_t *code) {
+  float q = x * rg;
+  float m = q < 0 ? -q : q;
+  float c = m < 2.0f ? 4194304.0f : (m < 4.0f ? 8388608.0f : 16777216.0f);
+  float mm = m < 6.0f ? m : 6.0f;
+  float v = (mm + c) - c;
+  float d = mm - v;
+  d = d < 0 ? -d : d;
+  float dist = d - c * 5.9604644775390625e-8f; /* c * 2^-24: half the grid spacing */
+  dist = dist < 0 ? -dist : dist;
+  if (dist <= m * 9.5367431640625e-7f /* 2^-20: 8 ulps */ || (m != 0.0f && m < 7.8886091e-31f))
+    return 0;
+  uint8_t idx = v < 1.0f ? (uint8_t)(v > 0.0f) : (uint8_t)((mtpq_f32_bits(v) >> 22) - 252u);
+  *code = (uint8_t)(((q < 0) << 3) | idx);
+  return 1;
+}
+
+/* 1 if mtpq_e2m1_code_try may be used with divisor g. */
+MTPQ_HD int mtpq_divisor_in_range(float g) { return g >= 7.8886091e-31f && g <= 1.2676506e30f; }
+
+/* E2M1 code of RN32(x / g): equal to mtpq_e2m1_code(x / g) for all finite x
+ * and positive normal g; divides only when mtpq_e2m1_code_try declines. */
+MTPQ_HD uint8_t mtpq_e2m1_code_div(float x, float g, float rg) {
+  uint8_t c;
+  if (mtpq_divisor_in_range(g) && mtpq_e2m1_code_try(x, rg, &c)) return c;
+  return mtpq_e2m1_code(x / g);
+}
+
 /* NVFP4 global scale S2 = amax / 2688 in the chosen arithmetic. */
 MTPQ_HD float mtpq_nvfp4_global_scale(float amax, enum mtpq_arith a) {
   return a == MTPQ_ARITH_CUDA ? amax * mtpq_f32_from_bits(MTPQ_INV_2688_BITS) : amax / 2688.0f;
@@ -179,6 +228,33 @@ MTPQ_HD uint8_t mtpq_nvfp4_block(const uint16_t *x16, float S2, uint8_t *out8) {
   return q;
 }
 
+/* mtpq_nvfp4_block with the division-free code path (the GPU kernels use
+ * it; the bytes are the same). Measured on the H200, keeping the rare exact
+ * division inline per element beat collecting it in a second loop (which
+ * doubled register use). */
+MTPQ_HD uint8_t mtpq_nvfp4_block_fast(const uint16_t *x16, float S2, uint8_t *out8) {
+  float v[MTPQ_NVFP4_BLOCK];
+  uint32_t am = 0;
+  for (int i = 0; i < MTPQ_NVFP4_BLOCK; i++) {
+    uint32_t a = x16[i] & 0x7FFFu;
+    am = a > am ? a : am;
+    v[i] = mtpq_bf16_to_f32(x16[i]);
+  }
+  if (S2 == 0.0f) {
+    for (int i = 0; i < 8; i++) out8[i] = 0;
+    return MTPQ_E4M3_ONE;
+  }
+  uint8_t q = mtpq_nvfp4_block_scale(mtpq_bf16_to_f32((uint16_t)am), 6.0f * S2);
+  float g = mtpq_e4m3_to_f32(q) * S2;
+  float rg = 1.0f / g;
+  for (int i = 0; i < 8; i++) {
+    uint8_t lo = mtpq_e2m1_code_div(v[2 * i], g, rg);
+    uint8_t hi = mtpq_e2m1_code_div(v[2 * i + 1], g, rg);
+    out8[i] = (uint8_t)(lo | (hi << 4));
+  }
+  return q;
+}
+
 /* FP8 per-tensor element, three recipes (formats.md section 5 and golden/):
  *  F32:              q = e4m3(clamp(x / scale, -448, 448))          (any arith)
  *  MODELOPT_QTENSOR: scale is bf16-valued; q = e4m3(RN_bf16(x / scale))
@@ -210,6 +286,35 @@ MTPQ_HD uint8_t mtpq_fp8_element(uint16_t x, float divisor, enum mtpq_fp8_recipe
   float y = mtpq_bf16_to_f32(x) / divisor;
   if (r == MTPQ_FP8_F32) return mtpq_e4m3_from_f32_sat(y);
   return mtpq_e4m3_from_f32(mtpq_round_bf16(y));
+}
+
+/* mtpq_fp8_element without a division in the common case (GPU kernels).
+ * rdiv = RN32(1 / divisor). As in mtpq_e2m1_code_div, q = RN32(x * rdiv)
+ * is within 1.5 ulp of x / divisor, so the result can only differ from the
+ * exact one when q is within 8 ulps of a rounding decision point: for the
+ * f32 recipe the E4M3 midpoints (float mantissa low 20 bits near 0x80000 in
+ * the E4M3 normal range; the subnormal range |q| < 2^-6 always divides),
+ * for the ModelOpt recipes the bf16 midpoints (low 16 bits near 0x8000);
+ * tiny quotients and divisors outside [2^-100, 2^100] also divide. */
+MTPQ_HD uint8_t mtpq_fp8_element_fast(uint16_t xb, float divisor, float rdiv,
+                                      enum mtpq_fp8_recipe r) {
+  if (divisor == 0.0f) return 0;
+  float x = mtpq_bf16_to_f32(xb);
+  float q = x * rdiv;
+  uint32_t u = mtpq_f32_bits(q) & 0x7FFFFFFFu;
+  int exact = !(divisor >= 7.8886091e-31f && divisor <= 1.2676506e30f);
+  if (r == MTPQ_FP8_F32) {
+    uint32_t lo = u & 0xFFFFFu;
+    uint32_t dlo = lo > 0x80000u ? lo - 0x80000u : 0x80000u - lo;
+    exact |= u < 0x3C820000u /* 2^-6 * 1.0156 */ || (u < 0x43F00000u && dlo <= 8u);
+    if (exact) return mtpq_fp8_element(xb, divisor, r);
+    return mtpq_e4m3_from_f32_sat(q);
+  }
+  uint32_t lo = u & 0xFFFFu;
+  uint32_t dlo = lo > 0x8000u ? lo - 0x8000u : 0x8000u - lo;
+  exact |= (u != 0 && u < 0x0C800000u /* 2^-102 */) || dlo <= 8u;
+  if (exact) return mtpq_fp8_element(xb, divisor, r);
+  return mtpq_e4m3_from_f32(mtpq_round_bf16(q));
 }
 
 #endif

@@ -37,10 +37,10 @@ static void compare(const char *what, const struct mtpq_qtensor *c, const struct
   ck_assert_uint_eq(c->data_bytes, g->data_bytes);
   ck_assert_uint_eq(c->scale_bytes, g->scale_bytes);
   for (size_t i = 0; i < c->data_bytes; i++)
-    ck_assert_msg(c->data[i] == g->data[i], "%s: data byte %zu (block %zu): cpu 0x%02x gpu 0x%02x",
+    if (c->data[i] != g->data[i]) ck_abort_msg("%s: data byte %zu (block %zu): cpu 0x%02x gpu 0x%02x",
                   what, i, c->fmt == MTPQ_FMT_NVFP4 ? i / 8 : i, c->data[i], g->data[i]);
   for (size_t i = 0; i < c->scale_bytes; i++)
-    ck_assert_msg(c->scales[i] == g->scales[i], "%s: block scale %zu: cpu 0x%02x gpu 0x%02x", what,
+    if (c->scales[i] != g->scales[i]) ck_abort_msg("%s: block scale %zu: cpu 0x%02x gpu 0x%02x", what,
                   i, c->scales[i], g->scales[i]);
 }
 
@@ -73,6 +73,29 @@ START_TEST(test_gpu_equals_cpu) {
         }
     }
   }
+}
+END_TEST
+
+/* Every finite bf16 pattern through every FP8 recipe with divisor exactly
+ * 1.0 (CPU arithmetic, amax 448): exhaustive for the E4M3 conversion of
+ * bf16-valued inputs, which is all the ModelOpt recipes ever convert. */
+START_TEST(test_gpu_fp8_all_bf16) {
+  uint16_t *all = malloc(65536 * 2);
+  for (int i = 0; i < 65536; i++) all[i] = (i & 0x7F80) == 0x7F80 ? 0 : (uint16_t)i;
+  for (int f = MTPQ_FMT_FP8; f <= MTPQ_FMT_FP8_MODELOPT_EXPORT; f++) {
+    struct mtpq_quant_opts o = mtpq_quant_default_opts();
+    o.arith = MTPQ_ARITH_CPU;
+    o.group_amax = 448.0f;
+    struct mtpq_qtensor c, g;
+    struct mtpq_err err = {0};
+    ck_assert_int_eq(mtpq_quantize((enum mtpq_format)f, all, 256, 256, &o, &c, &err), MTPQ_OK);
+    ck_assert_msg(c.scale == 1.0f || f == MTPQ_FMT_FP8_MODELOPT_QTENSOR, "scale %g", c.scale);
+    ck_assert_int_eq(mtpq_gpu_quantize((enum mtpq_format)f, all, 256, 256, &o, &g, &err), MTPQ_OK);
+    compare(mtpq_format_get((enum mtpq_format)f)->name, &c, &g);
+    mtpq_qtensor_free(&c);
+    mtpq_qtensor_free(&g);
+  }
+  free(all);
 }
 END_TEST
 
@@ -116,9 +139,12 @@ int main(void) {
   TCase *tc = tcase_create("quant");
   tcase_add_loop_test(tc, test_gpu_equals_cpu, 0, 2);
   tcase_add_loop_test(tc, test_gpu_golden, 0, 2);
+  tcase_add_test(tc, test_gpu_fp8_all_bf16);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
+  /* CUDA was initialized above; a forked child cannot use it. */
+  srunner_set_fork_status(sr, CK_NOFORK);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

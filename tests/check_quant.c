@@ -100,7 +100,7 @@ static void check_nvfp4_case(const struct mtpq_st_file *f, enum mtpq_arith arith
     for (int64_t i = 0; i < rows * q.cols_padded; i++) {
       float want;
       memcpy(&want, (const char *)dq->data + 4 * i, 4);
-      ck_assert_msg(out[i] == want, "%s dequant[%lld]: got %.9g want %.9g", pfx, (long long)i,
+      if (out[i] != want) ck_abort_msg("%s dequant[%lld]: got %.9g want %.9g", pfx, (long long)i,
                     out[i], want);
     }
     free(out);
@@ -347,7 +347,7 @@ START_TEST(test_rows_equal_block_reference) {
         ck_assert_int_eq(mtpq_quantize((enum mtpq_format)f, x, rows, cols, &o, &q, &err), MTPQ_OK);
         float div = mtpq_fp8_divisor(q.scale, r, o.arith);
         for (int64_t i = 0; i < rows * cols; i++)
-          ck_assert_msg(q.data[i] == mtpq_fp8_element(x[i], div, r), "%s element %lld: 0x%02x vs 0x%02x",
+          if (q.data[i] != mtpq_fp8_element(x[i], div, r)) ck_abort_msg("%s element %lld: 0x%02x vs 0x%02x",
                         mtpq_format_get((enum mtpq_format)f)->name, (long long)i, q.data[i],
                         mtpq_fp8_element(x[i], div, r));
         mtpq_qtensor_free(&q);
@@ -370,10 +370,110 @@ START_TEST(test_rows_equal_block_reference) {
     ck_assert_int_eq(mtpq_quantize((enum mtpq_format)f, all, 1, 65536, &o, &q, &err), MTPQ_OK);
     float div = mtpq_fp8_divisor(q.scale, rec[f - MTPQ_FMT_FP8], o.arith);
     for (int i = 0; i < 65536; i++)
-      ck_assert_msg(q.data[i] == mtpq_fp8_element(all[i], div, rec[f - MTPQ_FMT_FP8]), "bf16 0x%04x", i);
+      if (q.data[i] != mtpq_fp8_element(all[i], div, rec[f - MTPQ_FMT_FP8])) ck_abort_msg("bf16 0x%04x", i);
     mtpq_qtensor_free(&q);
   }
   free(all);
+}
+END_TEST
+
+/* The division-free E2M1 paths the GPU kernels use (numerics.h) against
+ * the exact ones. */
+static int slow_mode(void) { return getenv("MTPQ_SLOW") != NULL; }
+
+START_TEST(test_e2m1_index_rn) {
+  /* Unit: every pattern within 4096 ulps of each decision point and of the
+   * range changes, plus every 257th pattern up to 16. Slow: all 2^31. */
+  static const float pts[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.0f, 2.5f, 3.5f, 4.0f, 5.0f, 6.0f};
+  uint64_t checked = 0;
+  if (slow_mode()) {
+    for (uint32_t u = 0; u <= 0x7FFFFFFFu; u++) {
+      float m = mtpq_f32_from_bits(u);
+      if (mtpq_e2m1_index_rn(m) != (mtpq_e2m1_code(m) & 7)) ck_abort_msg( "bits 0x%08x", u);
+      if (u == 0x7FFFFFFFu) break;
+    }
+    return;
+  }
+  for (size_t k = 0; k < sizeof pts / sizeof pts[0]; k++) {
+    uint32_t c = mtpq_f32_bits(pts[k]);
+    for (uint32_t u = c - 4096; u <= c + 4096; u++, checked++) {
+      float m = mtpq_f32_from_bits(u);
+      if (mtpq_e2m1_index_rn(m) != (mtpq_e2m1_code(m) & 7)) ck_abort_msg( "m %.9g", m);
+    }
+  }
+  for (uint32_t u = 0; u < 0x41800000u; u += 257, checked++) {
+    float m = mtpq_f32_from_bits(u);
+    if (mtpq_e2m1_index_rn(m) != (mtpq_e2m1_code(m) & 7)) ck_abort_msg( "m %.9g", m);
+  }
+  ck_assert_uint_eq(mtpq_e2m1_index_rn(NAN), 7);
+  ck_assert_uint_eq(mtpq_e2m1_index_rn(INFINITY), 7);
+  ck_assert_uint_gt(checked, 4000000);
+}
+END_TEST
+
+START_TEST(test_e2m1_code_div) {
+  static const float bounds[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  uint64_t s = 77, n = slow_mode() ? 400000000ULL : 3000000ULL;
+  for (uint64_t it = 0; it < n; it++) {
+    /* x: any finite bf16; g: positive normal, biased towards the ranges
+     * real scales live in; every third case is steered onto a decision
+     * point by choosing g = x / b and stepping a few ulps. */
+    uint16_t xb = (uint16_t)(tu_rand(&s) >> 48);
+    if ((xb & 0x7F80) == 0x7F80) continue;
+    float x = mtpq_bf16_to_f32(xb);
+    float g;
+    if (it % 3 == 0 && x != 0.0f) {
+      float b = bounds[tu_rand(&s) % 7];
+      float ax = x < 0 ? -x : x;
+      g = ax / b;
+      int step = (int)(tu_rand(&s) % 41) - 20;
+      g = mtpq_f32_from_bits(mtpq_f32_bits(g) + (uint32_t)step);
+    } else {
+      int e = (int)(tu_rand(&s) % 60) - 40;
+      g = ldexpf(1.0f + (float)(tu_rand(&s) >> 40) / 16777216.0f, e);
+    }
+    if (!(g > 0.0f) || isinf(g)) continue;
+    float rg = 1.0f / g;
+    uint8_t want = mtpq_e2m1_code(x / g), got = mtpq_e2m1_code_div(x, g, rg);
+    if (got != want) ck_abort_msg("x %.9g (0x%04x) g %.9g (0x%08x): got %u want %u", x, xb, g,
+                  mtpq_f32_bits(g), got, want);
+  }
+  /* FP8: the same for every recipe, with divisors steered so x / d lands
+   * near E4M3 and bf16 rounding midpoints. */
+  for (uint64_t it = 0; it < n; it++) {
+    uint16_t xb = (uint16_t)(tu_rand(&s) >> 48);
+    if ((xb & 0x7F80) == 0x7F80) continue;
+    float x = mtpq_bf16_to_f32(xb), ax = x < 0 ? -x : x;
+    float d;
+    if (it % 2 == 0 && ax != 0.0f) {
+      /* a target with a midpoint in its low bits, then a few ulps around it */
+      uint32_t tb = (uint32_t)(0x3C000000u + (tu_rand(&s) >> 40) % 0x7800000u);
+      tb = (it % 4 == 0) ? (tb & ~0xFFFFFu) | 0x80000u : (tb & ~0xFFFFu) | 0x8000u;
+      d = ax / mtpq_f32_from_bits(tb);
+      d = mtpq_f32_from_bits(mtpq_f32_bits(d) + (uint32_t)((int)(tu_rand(&s) % 41) - 20));
+    } else {
+      d = ldexpf(1.0f + (float)(tu_rand(&s) >> 40) / 16777216.0f, (int)(tu_rand(&s) % 50) - 30);
+    }
+    if (!(d > 0.0f) || isinf(d)) continue;
+    for (int rc = 0; rc < 3; rc++) {
+      enum mtpq_fp8_recipe r = (enum mtpq_fp8_recipe)rc;
+      uint8_t want = mtpq_fp8_element(xb, d, r), got = mtpq_fp8_element_fast(xb, d, 1.0f / d, r);
+      if (got != want) ck_abort_msg("recipe %d x 0x%04x d %.9g (0x%08x): got 0x%02x want 0x%02x", rc, xb, d,
+                                    mtpq_f32_bits(d), got, want);
+    }
+  }
+  /* Whole blocks: the fast block function equals the exact one. */
+  for (int t = 0; t < 2000; t++) {
+    uint16_t *x = gaussian_bf16(16, (uint64_t)t + 1000, t % 2 ? 0.02f : 3.0f);
+    if (t % 5 == 0)
+      for (int i = 0; i < 16; i += 2) x[i] = mtpq_f32_to_bf16((float)(i - 8) * 0.125f);
+    float S2 = mtpq_nvfp4_global_scale(0.5f + (float)(t % 7), (enum mtpq_arith)(t & 1));
+    uint8_t a[8], b[8];
+    uint8_t sa = mtpq_nvfp4_block(x, S2, a), sb = mtpq_nvfp4_block_fast(x, S2, b);
+    ck_assert_uint_eq(sa, sb);
+    ck_assert_int_eq(memcmp(a, b, 8), 0);
+    free(x);
+  }
 }
 END_TEST
 
@@ -391,6 +491,9 @@ static Suite *quant_suite(void) {
   tcase_add_loop_test(tc, test_format_table, 0, MTPQ_FMT_COUNT);
   tcase_add_test(tc, test_group_and_bad_values);
   tcase_add_test(tc, test_rows_equal_block_reference);
+  tcase_add_test(tc, test_e2m1_index_rn);
+  tcase_add_test(tc, test_e2m1_code_div);
+  tcase_set_timeout(tc, slow_mode() ? 3600 : 120);
   suite_add_tcase(s, tc);
   return s;
 }

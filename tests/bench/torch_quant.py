@@ -91,7 +91,7 @@ def main():
     print(f"{'format':8} {'device':6} {'threads':>8} {'ms':>12} {'GB/s in':>12}")
     for name, dev, th, t in rows:
         print(f"{name:8} {dev:6} {th if th else '-':>8} {t * 1e3:12.3f} {nbytes / t / 1e9:12.2f}")
-    save_file({"nvfp4.weight": w, "fp8.weight": w}, os.path.join(a.out, "source.safetensors"))
+    save_file({"nvfp4.weight": w, "fp8.weight": w.clone()}, os.path.join(a.out, "source.safetensors"))
     devices = [("cpu", w)] + ([("cuda", w.cuda())] if torch.cuda.is_available() else [])
     for dev, x in devices:
         p, s, s2 = nvfp4(x)
