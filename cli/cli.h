@@ -78,6 +78,10 @@ extern const struct cli_opt inspect_opts[];
 int cmd_verify(int argc, char **argv);
 extern const struct cli_opt verify_opts[];
 int cmd_bench_quant(int argc, char **argv);
+extern const struct cli_opt tokenize_opts[];
+int cmd_tokenize(int argc, char **argv);
+extern const struct cli_opt build_vocab_opts[];
+int cmd_build_vocab(int argc, char **argv);
 extern const struct cli_opt bench_quant_opts[];
 
 #endif

@@ -20,6 +20,10 @@ static const struct cli_cmd commands[] = {
      "(NVFP4: X.weight U8 + X.weight_scale F8_E4M3 + X.weight_scale_2 F32; FP8:\n"
      "X.weight F8_E4M3 + X.weight_scale F32) from SOURCE's BF16 X.weight and\n"
      "compares every byte. Exit 0 only if everything is identical; 9 if not.\n"},
+    {"tokenize", "token ids of text files (native byte-level BPE)",
+     "--tokenizer tokenizer.json [options] FILE...", tokenize_opts, cmd_tokenize,
+     "Prints one line of space-separated ids per FILE (no special tokens are\n"
+     "added). FILE is plain UTF-8 text or JSON Lines (.jsonl), optionally .zst.\n"},
     {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]",
      bench_quant_opts, cmd_bench_quant,
      "Times NVFP4 and FP8 quantization of a BF16 matrix on 1 thread, all\n"

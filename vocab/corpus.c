@@ -1,0 +1,148 @@
+/* Count files and text corpora; see vocab/corpus.h. */
+#include "vocab/corpus.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/reader.h"
+
+static int has_suffix(const char *s, const char *suf) {
+  size_t n = strlen(s), m = strlen(suf);
+  return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+int mtpq_is_counts_path(const char *path) {
+  return has_suffix(path, ".tsv") || has_suffix(path, ".tsv.zst");
+}
+
+/* Decimal digits only, no sign, no overflow. */
+static int parse_u64(const char *s, size_t n, uint64_t *out) {
+  if (n == 0 || n > 19) return -1;
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (uint64_t)(s[i] - '0');
+  }
+  *out = v;
+  return 0;
+}
+
+enum mtpq_status mtpq_counts_read(const char *path, int32_t vocab, mtpq_count_fn fn, void *ctx,
+                                  struct mtpq_err *err) {
+  struct mtpq_reader *r = NULL;
+  enum mtpq_status st = mtpq_reader_open(path, &r, err);
+  while (!st) {
+    const char *line;
+    size_t len;
+    st = mtpq_reader_line(r, &line, &len, err);
+    if (st || len == (size_t)-1) break;
+    if (len && line[len - 1] == '\r') len--;
+    if (len == 0) continue;
+    const char *tab = memchr(line, '\t', len);
+    uint64_t id, count;
+    if (!tab || parse_u64(line, (size_t)(tab - line), &id) ||
+        parse_u64(tab + 1, len - (size_t)(tab - line) - 1, &count)) {
+      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%zu: expected \"token_id<TAB>count\", got \"%.*s\"",
+                        path, mtpq_reader_lineno(r), (int)(len > 60 ? 60 : len), line);
+      break;
+    }
+    if (id >= (uint64_t)vocab) {
+      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%zu: token id %llu is beyond the vocabulary (%d ids)",
+                        path, mtpq_reader_lineno(r), (unsigned long long)id, vocab);
+      break;
+    }
+    fn(ctx, (int32_t)id, count);
+  }
+  mtpq_reader_close(r);
+  return st;
+}
+
+static enum mtpq_status text_plain(struct mtpq_tokenizer *t, struct mtpq_reader *r, const char *path,
+                                   mtpq_token_fn emit, void *ctx, struct mtpq_text_stats *stats,
+                                   struct mtpq_err *err) {
+  size_t cap = (size_t)4 << 20, len = 0;
+  const size_t maxcap = (size_t)256 << 20;
+  char *buf = malloc(cap);
+  if (!buf) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  enum mtpq_status st = MTPQ_OK;
+  for (;;) {
+    if (len == cap) {
+      /* no cut point in the whole buffer: grow it (bounded) */
+      if (cap >= maxcap) {
+        st = mtpq_err_set(err, MTPQ_E_BAD_VALUE,
+                          "%s: %zu bytes without a line break before a letter or digit; split the text",
+                          path, cap);
+        break;
+      }
+      char *nb = realloc(buf, 2 * cap);
+      if (!nb) {
+        st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = 0;
+    st = mtpq_reader_read(r, buf + len, cap - len, &got, err);
+    if (st) break;
+    stats->bytes += got;
+    len += got;
+    if (got == 0) { /* end: the rest is the last piece */
+      st = mtpq_tokenizer_encode(t, buf, len, emit, ctx, err);
+      break;
+    }
+    size_t cut = mtpq_tokenizer_safe_cut(t, buf, len);
+    if (cut) {
+      st = mtpq_tokenizer_encode(t, buf, cut, emit, ctx, err);
+      if (st) break;
+      memmove(buf, buf + cut, len - cut);
+      len -= cut;
+    }
+  }
+  if (!st) stats->documents++;
+  free(buf);
+  return st;
+}
+
+static enum mtpq_status text_jsonl(struct mtpq_tokenizer *t, struct mtpq_reader *r, const char *path,
+                                   const char *field, mtpq_token_fn emit, void *ctx,
+                                   struct mtpq_text_stats *stats, struct mtpq_err *err) {
+  enum mtpq_status st = MTPQ_OK;
+  while (!st) {
+    const char *line;
+    size_t len;
+    st = mtpq_reader_line(r, &line, &len, err);
+    if (st || len == (size_t)-1) break;
+    stats->bytes += len + 1;
+    if (len == 0) continue;
+    cJSON *o = cJSON_ParseWithLength(line, len);
+    if (!o) {
+      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%zu: not valid JSON", path, mtpq_reader_lineno(r));
+      break;
+    }
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, field);
+    if (cJSON_IsString(f)) {
+      st = mtpq_tokenizer_encode(t, f->valuestring, strlen(f->valuestring), emit, ctx, err);
+      stats->documents++;
+    } else {
+      stats->skipped_lines++;
+    }
+    cJSON_Delete(o);
+  }
+  return st;
+}
+
+enum mtpq_status mtpq_text_tokenize(struct mtpq_tokenizer *t, const char *path, const char *field,
+                                    mtpq_token_fn emit, void *ctx, struct mtpq_text_stats *stats,
+                                    struct mtpq_err *err) {
+  struct mtpq_reader *r = NULL;
+  enum mtpq_status st = mtpq_reader_open(path, &r, err);
+  if (st) return st;
+  if (has_suffix(path, ".jsonl") || has_suffix(path, ".jsonl.zst"))
+    st = text_jsonl(t, r, path, field ? field : "text", emit, ctx, stats, err);
+  else
+    st = text_plain(t, r, path, emit, ctx, stats, err);
+  mtpq_reader_close(r);
+  return st;
+}
