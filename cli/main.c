@@ -20,6 +20,14 @@ static const struct cli_cmd commands[] = {
      "(NVFP4: X.weight U8 + X.weight_scale F8_E4M3 + X.weight_scale_2 F32; FP8:\n"
      "X.weight F8_E4M3 + X.weight_scale F32) from SOURCE's BF16 X.weight and\n"
      "compares every byte. Exit 0 only if everything is identical; 9 if not.\n"},
+    {"build-vocab", "choose the draft vocabulary from token counts and text",
+     "--tokenizer tokenizer.json (--counts FILE[:W] | --text FILE)... --out PREFIX [options]",
+     build_vocab_opts, cmd_build_vocab,
+     "Keeps every added token, every single-character vocabulary string and\n"
+     "every token that is exactly one Unicode character, then the most frequent\n"
+     "ids (weighted counts; ties to the lower id) up to --size. Writes\n"
+     "PREFIX.safetensors (I64 ids, ascending), PREFIX.pt and PREFIX.json with\n"
+     "held-out coverage at the chosen size and at 32K/64K/98K/128K.\n"},
     {"tokenize", "token ids of text files (native byte-level BPE)",
      "--tokenizer tokenizer.json [options] FILE...", tokenize_opts, cmd_tokenize,
      "Prints one line of space-separated ids per FILE (no special tokens are\n"

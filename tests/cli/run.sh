@@ -105,5 +105,26 @@ has bench_small out '^fp8 +cpu +1 .* yes$'
 run bench_bad 2 "$MTPQ" bench-quant --rows 0
 run formats 0 "$MTPQ" help formats && has formats out '^nvfp4 ' && has formats out '^fp8-modelopt-export '
 
+# build-vocab / tokenize: usage and input errors.
+TOKJ=$MODEL/tokenizer.json
+C=$TESTDATA/tiny-qwen3next/counts
+run bv_noout 2 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" && has bv_noout err 'required'
+run bv_noinput 2 "$MTPQ" build-vocab -t "$TOKJ" --out "$SCRATCH/v" && has bv_noinput err 'at least one'
+run bv_weight 2 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv:-1" --out "$SCRATCH/v"
+run bv_small 2 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" -n 100 --out "$SCRATCH/v" && has bv_small err 'forced set has 17958'
+printf '5\t1\n999999\t3\n' >"$SCRATCH/big.tsv"
+run bv_beyond 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/big.tsv" --out "$SCRATCH/v" && has bv_beyond err 'big\.tsv:2: token id 999999 is beyond'
+printf '5\tmany\n' >"$SCRATCH/bad.tsv"
+run bv_number 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/bad.tsv" --out "$SCRATCH/v" && has bv_number err 'bad\.tsv:1: expected'
+printf 'not zstd at all' >"$SCRATCH/x.tsv.zst"
+run bv_zstd 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/x.tsv.zst" --out "$SCRATCH/v" && has bv_zstd err 'bad zstd data'
+echo '{"model": {"type": "Unigram"}}' >"$SCRATCH/tok.json"
+run bv_tok 4 "$MTPQ" build-vocab -t "$SCRATCH/tok.json" -c "$C/prose_train.tsv" --out "$SCRATCH/v" && has bv_tok err 'unsupported model type Unigram'
+if ls "$SCRATCH"/v.* >/dev/null 2>&1; then echo "FAIL bv: outputs left behind"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+printf 'Hello world' >"$SCRATCH/h.txt"
+run tok_ids 0 "$MTPQ" tokenize -t "$TOKJ" "$SCRATCH/h.txt" && has tok_ids out '^9707 1879$'
+run bv_ok 0 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" --text "$SCRATCH/h.txt" -n 20000 --out "$SCRATCH/ok"
+has bv_ok out 'ok\.\{safetensors,pt,json\}: 20000 of 151669 ids'
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
