@@ -12,6 +12,12 @@ static const struct cli_cmd commands[] = {
      "model.safetensors.index.json, or a folder of *.safetensors files).\n"
      "With --json, prints one JSON object: tensors (name, dtype, shape, bytes,\n"
      "shard), groups, family, mtp {layers, experts, expert_layout}, ...\n"},
+    {"quantize", "write the -mtpfp8 drafter repo of a target (FP8/NVFP4 MTP)",
+     "TARGET --vocab IDS.safetensors --out DIR [options]", quantize_opts, cmd_quantize,
+     "TARGET is a local repo directory. NVFP4 experts, FP8 draft linears and an\n"
+     "FP8 draft head (the lm_head rows of IDS); router, shared-expert gate and\n"
+     "norms stay BF16. --dry-run prints the recipe. The repo appears only\n"
+     "when complete (built in a hidden temporary directory beside DIR).\n"},
     {"verify-bitexact", "prove byte equality of quantized tensors",
      "[options] A B\n       mtpq verify-bitexact --requantize [options] SOURCE REFERENCE",
      verify_opts, cmd_verify,

@@ -278,6 +278,7 @@ enum mtpq_status mtpq_verify_compare(const char *a, const char *b,
 
 struct item {
   char *module;                 /* X */
+  void *owned;                  /* gathered source rows (the draft head) */
   int nvfp4;
   const struct mtpq_tensor *w, *ws, *ws2; /* reference parts */
   const void *src;              /* source bf16 [rows, cols] */
@@ -290,6 +291,42 @@ static float f32_of(const struct mtpq_tensor *t) {
   float v;
   memcpy(&v, t->data, 4);
   return v;
+}
+
+/* The draft head mtp.draft_lm_head: the rows of the source's lm_head (or
+ * tied embedding) for the ids in REFERENCE's mtp_draft_vocab_ids.safetensors. */
+static void find_head_source(const struct mtpq_repo *src, const struct mtpq_repo *ref, struct item *it) {
+  char *ip = mtpq__path_join(mtpq_repo_dir(ref), "mtp_draft_vocab_ids.safetensors");
+  struct mtpq_st_file *f = NULL;
+  struct mtpq_err e;
+  static const char *heads[] = {"lm_head.weight", "model.embed_tokens.weight",
+                                "model.language_model.embed_tokens.weight"};
+  const struct mtpq_tensor *h = NULL;
+  for (int k = 0; k < 3 && !h; k++) h = mtpq_repo_find(src, heads[k]);
+  const struct mtpq_tensor *ids = NULL;
+  if (ip && mtpq_st_open(ip, &f, &e) == MTPQ_OK) ids = mtpq_st_find(f, "ids");
+  if (!h || h->dtype != MTPQ_DTYPE_BF16 || h->rank != 2 || !ids || ids->dtype != MTPQ_DTYPE_I64) {
+    snprintf(it->missing, sizeof it->missing, "no BF16 lm_head/embedding in SOURCE or no ids in %s", ip ? ip : "?");
+  } else {
+    size_t row = (size_t)h->shape[1] * 2, n = (size_t)ids->numel;
+    unsigned char *buf = malloc(n * row + 1);
+    for (size_t i = 0; buf && i < n; i++) {
+      int64_t id;
+      memcpy(&id, (const unsigned char *)ids->data + 8 * i, 8);
+      if (id < 0 || id >= h->shape[0]) {
+        snprintf(it->missing, sizeof it->missing, "ids[%zu] = %lld outside %s", i, (long long)id, h->name);
+        break;
+      }
+      memcpy(buf + i * row, (const unsigned char *)h->data + (size_t)id * row, row);
+    }
+    if (!buf) snprintf(it->missing, sizeof it->missing, "out of memory");
+    it->owned = buf;
+    it->src = buf;
+    it->rows = (int64_t)n;
+    it->cols = h->shape[1];
+  }
+  mtpq_st_close(f);
+  free(ip);
 }
 
 /* Source BF16 for module X: X.weight, or a slice of fused experts. */
@@ -422,7 +459,8 @@ enum mtpq_status mtpq_verify_requantize(const char *source, const char *referenc
     memcpy(it->module, w->name, strlen(w->name) - 7);
     it->module[strlen(w->name) - 7] = '\0';
     n++;
-    find_source(rs, it);
+    if (strcmp(it->module, "mtp.draft_lm_head") == 0) find_head_source(rs, rr, it);
+    else find_source(rs, it);
     if (!it->missing[0]) {
       char label[MTPQ_ST_MAX_NAME + 64];
       snprintf(label, sizeof label, "%s: %s.weight", source, it->module);
@@ -461,7 +499,10 @@ enum mtpq_status mtpq_verify_requantize(const char *source, const char *referenc
                       "%s: no quantized tensors (X.weight U8 + weight_scale F8_E4M3 + weight_scale_2 "
                       "F32, or X.weight F8_E4M3 + weight_scale F32)",
                       reference);
-  for (size_t i = 0; i < n; i++) free(items[i].module);
+  for (size_t i = 0; i < n; i++) {
+    free(items[i].module);
+    free(items[i].owned);
+  }
   free(items);
   mtpq_repo_close(rs);
   mtpq_repo_close(rr);

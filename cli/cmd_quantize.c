@@ -1,0 +1,142 @@
+/* mtpq quantize: write the -mtpfp8 drafter repo of a target. */
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "quant/drafter.h"
+
+const struct cli_opt quantize_opts[] = {
+    {"vocab", 0, OPT_STR, 0, "IDS", "draft vocabulary ids (build-vocab's PREFIX.safetensors; required)"},
+    {"out", 'o', OPT_STR, 0, "DIR", "output repo directory (required)"},
+    {"expert-input-scale", 0, OPT_REAL, 0, "X", "NVFP4 expert input_scale (default: 2 x the target's last layer)"},
+    {"fp8-input-scale", 0, OPT_REAL, 0, "X", "static input_scale of FP8 linears and head (default 1.0)"},
+    {"arith", 0, OPT_STR, 0, "cuda|cpu", "torch arithmetic to reproduce (default cuda)"},
+    {"fp8-recipe", 0, OPT_STR, 0, "RECIPE", "f32 (default), modelopt-qtensor or modelopt-export"},
+    {"gpu", 0, OPT_FLAG, 0, NULL, "quantize with the CUDA kernels (identical bytes)"},
+    {"force", 'f', OPT_FLAG, 0, NULL, "replace an existing output directory"},
+    {"dry-run", 'n', OPT_FLAG, 0, NULL, "print the recipe and the plan; write nothing"},
+    {"json", 0, OPT_FLAG, 0, NULL, "print a JSON summary"},
+    {"threads", 'j', OPT_UINT, 0, "N", "CPU threads (default: all cores)"},
+    {"max-shard-size", 0, OPT_UINT, 0, "BYTES", "shard model.safetensors above this (default 5 GiB)"},
+    {NULL, 0, 0, 0, NULL, NULL},
+};
+
+static void on_signal(int sig) {
+  (void)sig;
+  mtpq_request_cancel();
+}
+
+static void progress(void *ctx, size_t done, size_t total, const char *name) {
+  (void)ctx;
+  if (cli_verbosity >= 1 && isatty(2) && (done % 64 == 0 || done + 1 == total))
+    fprintf(stderr, "\rmtpq: quantizing %zu/%zu %-60.60s", done + 1, total, name);
+}
+
+static const char *kind_name(enum mtpq_item_kind k) {
+  switch (k) {
+  case MTPQ_ITEM_NVFP4: return "nvfp4";
+  case MTPQ_ITEM_FP8: return "fp8";
+  case MTPQ_ITEM_HEAD: return "fp8-head";
+  default: return "bf16-copy";
+  }
+}
+
+int cmd_quantize(int argc, char **argv) {
+  struct cli_args a;
+  int help;
+  const char *cmd = "quantize";
+  if (cli_parse(cmd, quantize_opts, argc, argv, &a, &help)) return MTPQ_EXIT_USAGE;
+  if (a.npos != 1) return cli_usage_error(cmd, "quantize needs exactly one TARGET");
+  struct mtpq_drafter_params p = mtpq_drafter_default_params();
+  p.target = a.pos[0];
+  p.vocab_ids = cli_str(quantize_opts, &a, "vocab");
+  p.out = cli_str(quantize_opts, &a, "out");
+  if (!p.vocab_ids || !p.out) return cli_usage_error(cmd, "--vocab and --out are required");
+  const char *v;
+  if ((v = cli_str(quantize_opts, &a, "expert-input-scale"))) p.expert_input_scale = strtod(v, NULL);
+  if ((v = cli_str(quantize_opts, &a, "fp8-input-scale"))) p.fp8_input_scale = strtod(v, NULL);
+  if (cli_has(quantize_opts, &a, "expert-input-scale") && !(p.expert_input_scale > 0))
+    return cli_usage_error(cmd, "--expert-input-scale must be positive");
+  if (!(p.fp8_input_scale > 0)) return cli_usage_error(cmd, "--fp8-input-scale must be positive");
+  if ((v = cli_str(quantize_opts, &a, "arith"))) {
+    if (strcmp(v, "cuda") == 0) p.arith = MTPQ_ARITH_CUDA;
+    else if (strcmp(v, "cpu") == 0) p.arith = MTPQ_ARITH_CPU;
+    else return cli_usage_error(cmd, "--arith must be cuda or cpu, not '%s'", v);
+  }
+  if ((v = cli_str(quantize_opts, &a, "fp8-recipe"))) {
+    if (strcmp(v, "f32") == 0) p.fp8_format = MTPQ_FMT_FP8;
+    else if (strcmp(v, "modelopt-qtensor") == 0) p.fp8_format = MTPQ_FMT_FP8_MODELOPT_QTENSOR;
+    else if (strcmp(v, "modelopt-export") == 0) p.fp8_format = MTPQ_FMT_FP8_MODELOPT_EXPORT;
+    else return cli_usage_error(cmd, "--fp8-recipe must be f32, modelopt-qtensor or modelopt-export");
+  }
+  p.use_gpu = cli_has(quantize_opts, &a, "gpu");
+  p.force = cli_has(quantize_opts, &a, "force");
+  long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+  p.threads = (int)cli_uint(quantize_opts, &a, "threads", nproc > 0 ? (unsigned long long)nproc : 1);
+  if (p.threads < 1 || p.threads > 256) return cli_usage_error(cmd, "--threads must be 1..256");
+  p.max_shard_bytes = cli_uint(quantize_opts, &a, "max-shard-size", p.max_shard_bytes);
+  if (p.max_shard_bytes < 1) return cli_usage_error(cmd, "--max-shard-size must be positive");
+
+  struct mtpq_err err = {0};
+  struct mtpq_plan *pl = NULL;
+  enum mtpq_status st = mtpq_drafter_plan(&p, &pl, &err);
+  if (st) return cli_fail(st, &err);
+  int dry = cli_has(quantize_opts, &a, "dry-run"), json = cli_has(quantize_opts, &a, "json");
+  size_t counts[4] = {0};
+  for (size_t i = 0; i < pl->n; i++) counts[pl->items[i].kind]++;
+  if (dry && !json) {
+    printf("recipe for %s (%s, %d MTP layer%s, %d experts) -> %s\n", p.target, pl->family, pl->layers,
+           pl->layers == 1 ? "" : "s", pl->experts, p.out);
+    printf("  experts:       NVFP4 per expert (%zu modules), gate/up share the global scale; "
+           "input_scale gate/up %.6g, down %.6g (%s)\n",
+           counts[MTPQ_ITEM_NVFP4], pl->expert_input_scale_gate_up, pl->expert_input_scale_down,
+           pl->expert_input_scale_origin ? pl->expert_input_scale_origin : "no experts");
+    printf("  draft linears: %s per tensor (%zu modules), static input_scale %g\n",
+           p.fp8_format == MTPQ_FMT_FP8 ? "FP8 E4M3 (float32 recipe)" : mtpq_format_get(p.fp8_format)->name,
+           counts[MTPQ_ITEM_FP8], p.fp8_input_scale);
+    printf("  draft head:    FP8 E4M3 per tensor, %lld of %lld rows of %s\n", (long long)pl->head_rows,
+           (long long)pl->vocab_rows, pl->head_source);
+    printf("  kept BF16:     %zu tensors (router, shared_expert_gate, norms)\n", counts[MTPQ_ITEM_COPY]);
+    printf("  arithmetic:    %s%s; %.1f MB in -> %.1f MB out\n", p.arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu",
+           p.use_gpu ? " on the GPU" : "", (double)pl->in_bytes / 1e6, (double)pl->out_bytes / 1e6);
+    for (size_t i = 0; i < pl->n; i++)
+      printf("  %-10s %-56s [%lld, %lld] <- %s\n", kind_name(pl->items[i].kind), pl->items[i].name,
+             (long long)pl->items[i].rows, (long long)pl->items[i].cols, pl->items[i].src_name);
+    mtpq_plan_free(pl);
+    return 0;
+  }
+  if (!dry) {
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    st = mtpq_drafter_write(&p, pl, progress, NULL, &err);
+    if (isatty(2) && cli_verbosity >= 1) fputc('\n', stderr);
+  }
+  int rc = st ? cli_fail(st, &err) : 0;
+  if (!st && json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "out", p.out);
+    cJSON_AddBoolToObject(o, "dry_run", dry);
+    cJSON_AddStringToObject(o, "family", pl->family);
+    cJSON_AddNumberToObject(o, "nvfp4_modules", (double)counts[MTPQ_ITEM_NVFP4]);
+    cJSON_AddNumberToObject(o, "fp8_modules", (double)counts[MTPQ_ITEM_FP8] + (double)counts[MTPQ_ITEM_HEAD]);
+    cJSON_AddNumberToObject(o, "bf16_tensors", (double)counts[MTPQ_ITEM_COPY]);
+    cJSON_AddNumberToObject(o, "head_rows", (double)pl->head_rows);
+    cJSON_AddNumberToObject(o, "bytes_in", (double)pl->in_bytes);
+    cJSON_AddNumberToObject(o, "bytes_out", (double)pl->out_bytes);
+    cJSON_AddNumberToObject(o, "expert_input_scale_gate_up", pl->expert_input_scale_gate_up);
+    cJSON_AddNumberToObject(o, "expert_input_scale_down", pl->expert_input_scale_down);
+    char *t = cJSON_Print(o);
+    puts(t);
+    free(t);
+    cJSON_Delete(o);
+  } else if (!st) {
+    printf("%s: %zu NVFP4 experts, %zu FP8 linears + FP8 head (%lld rows), %zu BF16 tensors; %.1f MB -> %.1f MB\n",
+           p.out, counts[MTPQ_ITEM_NVFP4], counts[MTPQ_ITEM_FP8], (long long)pl->head_rows,
+           counts[MTPQ_ITEM_COPY], (double)pl->in_bytes / 1e6, (double)pl->out_bytes / 1e6);
+  }
+  mtpq_plan_free(pl);
+  return rc;
+}

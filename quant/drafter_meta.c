@@ -1,0 +1,287 @@
+/* Drafter repo metadata: config.json (flat ModelOpt MIXED_PRECISION block,
+ * vllm-integration.md section 9), hf_quant_config.json, the model card,
+ * copies of the target's generation/tokenizer files, and the manifest. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/util.h"
+#include "quant/drafter_priv.h"
+
+static enum mtpq_status write_json(const char *dir, const char *name, cJSON *j, struct mtpq_err *err) {
+  char *txt = cJSON_Print(j);
+  char *path = mtpq__path_join(dir, name);
+  enum mtpq_status st;
+  if (!txt || !path) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  else {
+    size_t n = strlen(txt);
+    txt[n] = '\n'; /* end the file with a newline (replaces the terminator) */
+    st = mtpq__write_file_atomic(path, txt, n + 1, err);
+  }
+  free(txt);
+  free(path);
+  return st;
+}
+
+static const char *algo_of(enum mtpq_item_kind k) { return k == MTPQ_ITEM_NVFP4 ? "NVFP4" : "FP8"; }
+
+/* {"quant_algo": "FP8"} or {"quant_algo": "NVFP4", "group_size": 16} */
+static cJSON *layer_entry(enum mtpq_item_kind k) {
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "quant_algo", algo_of(k));
+  if (k == MTPQ_ITEM_NVFP4) cJSON_AddNumberToObject(e, "group_size", 16);
+  return e;
+}
+
+static cJSON *quantized_layers(const struct mtpq_plan *pl) {
+  cJSON *m = cJSON_CreateObject();
+  for (size_t i = 0; i < pl->n; i++)
+    if (pl->items[i].kind != MTPQ_ITEM_COPY) cJSON_AddItemToObject(m, pl->items[i].name, layer_entry(pl->items[i].kind));
+  return m;
+}
+
+static cJSON *activation_group(int bits) {
+  cJSON *g = cJSON_CreateObject();
+  cJSON_AddBoolToObject(g, "dynamic", 0);
+  cJSON_AddNumberToObject(g, "num_bits", bits);
+  cJSON_AddStringToObject(g, "type", "float");
+  if (bits == 4) cJSON_AddNumberToObject(g, "group_size", 16);
+  return g;
+}
+
+static cJSON *quantization_config(const struct mtpq_plan *pl) {
+  cJSON *q = cJSON_CreateObject();
+  cJSON_AddStringToObject(q, "quant_method", "modelopt");
+  cJSON_AddStringToObject(q, "quant_algo", "MIXED_PRECISION");
+  cJSON_AddItemToObject(q, "quantized_layers", quantized_layers(pl));
+  cJSON_AddItemToObject(q, "ignore", cJSON_CreateArray());
+  cJSON *groups = cJSON_AddObjectToObject(q, "config_groups");
+  int gi = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    enum mtpq_item_kind want = pass == 0 ? MTPQ_ITEM_FP8 : MTPQ_ITEM_NVFP4;
+    cJSON *targets = cJSON_CreateArray();
+    for (size_t i = 0; i < pl->n; i++) {
+      enum mtpq_item_kind k = pl->items[i].kind == MTPQ_ITEM_HEAD ? MTPQ_ITEM_FP8 : pl->items[i].kind;
+      if (k == want) cJSON_AddItemToArray(targets, cJSON_CreateString(pl->items[i].name));
+    }
+    if (cJSON_GetArraySize(targets) == 0) {
+      cJSON_Delete(targets);
+      continue;
+    }
+    char key[24];
+    snprintf(key, sizeof key, "group_%d", gi++);
+    cJSON *g = cJSON_AddObjectToObject(groups, key);
+    cJSON_AddItemToObject(g, "input_activations", activation_group(pass == 0 ? 8 : 4));
+    cJSON_AddItemToObject(g, "weights", activation_group(pass == 0 ? 8 : 4));
+    cJSON_AddItemToObject(g, "targets", targets);
+  }
+  cJSON *prod = cJSON_AddObjectToObject(q, "producer");
+  cJSON_AddStringToObject(prod, "name", "mtpq");
+  cJSON_AddStringToObject(prod, "version", MTPQ_VERSION);
+  return q;
+}
+
+static enum mtpq_status copy_file(const char *from_dir, const char *to_dir, const char *name,
+                                  struct mtpq_err *err) {
+  char *src = mtpq__path_join(from_dir, name), *dst = mtpq__path_join(to_dir, name);
+  enum mtpq_status st = MTPQ_OK;
+  if (src && dst && mtpq__is_file(src)) {
+    char *buf = NULL;
+    size_t len = 0;
+    st = mtpq__read_file(src, (size_t)1 << 30, &buf, &len, err);
+    if (!st) st = mtpq__write_file_atomic(dst, buf, len, err);
+    free(buf);
+  }
+  free(src);
+  free(dst);
+  return st;
+}
+
+/* "license:" of the target's model card, or NULL. */
+static char *target_license(const char *dir) {
+  char *path = mtpq__path_join(dir, "README.md"), *buf = NULL, *out = NULL;
+  size_t len;
+  struct mtpq_err e;
+  if (path && mtpq__is_file(path) && mtpq__read_file(path, 1 << 20, &buf, &len, &e) == MTPQ_OK) {
+    char *l = strstr(buf, "\nlicense:");
+    if (l) {
+      l += 9;
+      while (*l == ' ') l++;
+      size_t n = strcspn(l, "\r\n");
+      out = malloc(n + 1);
+      if (out) {
+        memcpy(out, l, n);
+        out[n] = '\0';
+      }
+    }
+  }
+  free(buf);
+  free(path);
+  return out;
+}
+
+static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
+                                   const char *dir, struct mtpq_err *err) {
+  struct drafter_priv *pv = pl->priv;
+  size_t n_fp8 = 0, n_nv = 0, n_copy = 0;
+  uint64_t in_q = 0, out_q = 0;
+  for (size_t i = 0; i < pl->n; i++) {
+    const struct mtpq_plan_item *it = &pl->items[i];
+    if (it->kind == MTPQ_ITEM_COPY) n_copy++;
+    else {
+      if (it->kind == MTPQ_ITEM_NVFP4) n_nv++;
+      else n_fp8++;
+      in_q += it->in_bytes;
+      out_q += it->out_bytes;
+    }
+  }
+  uint64_t full_head = (uint64_t)pl->vocab_rows * (uint64_t)pl->hidden * 2;
+  const char *base = strrchr(p->target, '/');
+  base = base && base[1] ? base + 1 : p->target;
+  char *lic = target_license(mtpq_repo_dir(pv->target));
+  const char *outbase = strrchr(p->out, '/');
+  outbase = outbase ? outbase + 1 : p->out;
+  size_t cap = 1 << 16;
+  char *s = malloc(cap);
+  if (!s) {
+    free(lic);
+    return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  }
+  int n = snprintf(
+      s, cap,
+      "---\nbase_model: %s\nbase_model_relation: quantized\nlibrary_name: vllm\nlicense: %s\n"
+      "tags:\n- mtp\n- speculative-decoding\n- draft-model\n- fp8\n- nvfp4\n- mtpq\n---\n\n"
+      "# %s: FP8/NVFP4 MTP drafter for %s\n\n"
+      "This repo holds only the multi-token-prediction (MTP) drafter of `%s`, quantized by "
+      "mtpq %s for speculative decoding in vLLM. The target model itself is unchanged and still "
+      "verifies every token, so greedy outputs are the target's.\n\n"
+      "## What was quantized\n\n"
+      "| part | format | modules |\n|---|---|---|\n"
+      "| MoE experts (`mtp.layers.*.mlp.experts.*`) | NVFP4 (E2M1, E4M3 scales per 16, global "
+      "scale amax/2688; gate and up share it) | %zu |\n"
+      "| draft linears (`mtp.fc`, attention q/k/v/o, shared expert) | FP8 E4M3 per tensor, static "
+      "input_scale %.4g | %zu |\n"
+      "| draft head `mtp.draft_lm_head` | FP8 E4M3 per tensor: %lld of %lld rows of `%s` | 1 |\n"
+      "| router, shared-expert gate, norms | BF16 (copied) | %zu tensors |\n\n"
+      "Expert input_scale: gate/up %.6g, down %.6g (%s). Arithmetic: %s (torch on %s).\n\n"
+      "## Sizes\n\n"
+      "Quantized modules: %.1f MB in BF16 -> %.1f MB. Draft head: %.1f MB (full BF16 head) -> "
+      "%.1f MB (FP8, reduced vocabulary). Drafter weights read per step shrink accordingly; memory "
+      "freed versus a BF16 drafter with the full head: %.1f MB.\n\n"
+      "The draft vocabulary is `mtp_draft_vocab_ids.pt` / `.safetensors` (%zu ids, ascending); "
+      "`config.json` carries `mtp_draft_vocab_size`.\n\n"
+      "## Use with vLLM\n\n"
+      "Stock vLLM builds an MTP drafter with the target's quantization config, so it needs the "
+      "drafter-config change (see the mtpq documentation) to load this repo's FP8/NVFP4 layers and "
+      "its reduced-vocabulary head. Then:\n\n"
+      "```sh\nvllm serve %s --speculative-config "
+      "'{\"method\": \"mtp\", \"num_speculative_tokens\": 3, \"model\": \"%s\"}'\n```\n\n"
+      "## Provenance\n\n"
+      "`mtpq_manifest.json` lists every file with its sha256, the mtpq version, the target and the "
+      "recipe.\n",
+      base, lic ? lic : "other", outbase, base, base, MTPQ_VERSION, n_nv, p->fp8_input_scale, n_fp8,
+      (long long)pl->head_rows, (long long)pl->vocab_rows, pl->head_source, n_copy,
+      pl->expert_input_scale_gate_up, pl->expert_input_scale_down,
+      pl->expert_input_scale_origin ? pl->expert_input_scale_origin : "no experts",
+      p->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu", p->arith == MTPQ_ARITH_CUDA ? "a GPU" : "a CPU",
+      (double)in_q / 1e6, (double)out_q / 1e6, (double)full_head / 1e6,
+      (double)pl->head_rows * (double)pl->hidden / 1e6,
+      ((double)in_q - (double)pl->head_rows * (double)pl->hidden * 2 + (double)full_head - (double)out_q) / 1e6,
+      pv->n_ids, base, outbase);
+  free(lic);
+  char *path = mtpq__path_join(dir, "README.md");
+  enum mtpq_status st = path && n > 0 ? mtpq__write_file_atomic(path, s, (size_t)n, err)
+                                      : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  free(path);
+  free(s);
+  return st;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static enum mtpq_status write_manifest(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
+                                       const char *dir, struct mtpq_err *err) {
+  DIR *d = opendir(dir);
+  if (!d) return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: cannot list", dir);
+  char *names[256];
+  size_t nn = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && nn < 256)
+    if (e->d_name[0] != '.') names[nn++] = mtpq__strdup(e->d_name);
+  closedir(d);
+  qsort(names, nn, sizeof *names, cmp_str);
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "created_by", "mtpq quantize");
+  cJSON_AddStringToObject(m, "mtpq_version", MTPQ_VERSION);
+  cJSON *t = cJSON_AddObjectToObject(m, "target");
+  cJSON_AddStringToObject(t, "path", p->target);
+  cJSON_AddNullToObject(t, "revision"); /* local directory: no Hub revision */
+  cJSON_AddStringToObject(t, "family", pl->family);
+  cJSON_AddStringToObject(m, "vocab_ids", p->vocab_ids);
+  cJSON *r = cJSON_AddObjectToObject(m, "recipe");
+  cJSON_AddStringToObject(r, "experts", "NVFP4 per expert, gate/up share the global scale");
+  cJSON_AddNumberToObject(r, "expert_input_scale_gate_up", pl->expert_input_scale_gate_up);
+  cJSON_AddNumberToObject(r, "expert_input_scale_down", pl->expert_input_scale_down);
+  cJSON_AddStringToObject(r, "draft_linears", mtpq_format_get(p->fp8_format)->name);
+  cJSON_AddNumberToObject(r, "fp8_input_scale", p->fp8_input_scale);
+  cJSON_AddStringToObject(r, "draft_head", "FP8 per tensor, rows of the target head for the ids");
+  cJSON_AddStringToObject(r, "kept_bf16", "router, shared_expert_gate, norms");
+  cJSON_AddStringToObject(m, "arith", p->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu");
+  cJSON *files = cJSON_AddObjectToObject(m, "files");
+  enum mtpq_status st = MTPQ_OK;
+  for (size_t i = 0; i < nn && !st; i++) {
+    char *path = mtpq__path_join(dir, names[i]), *buf = NULL;
+    size_t len = 0;
+    st = path ? mtpq__read_file(path, (size_t)64 << 30, &buf, &len, err) : mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
+    if (!st) {
+      unsigned char md[32];
+      unsigned int ml = 0;
+      char hex[65];
+      EVP_Digest(buf, len, md, &ml, EVP_sha256(), NULL);
+      for (int k = 0; k < 32; k++) snprintf(hex + 2 * k, 3, "%02x", md[k]);
+      cJSON *f = cJSON_AddObjectToObject(files, names[i]);
+      cJSON_AddNumberToObject(f, "bytes", (double)len);
+      cJSON_AddStringToObject(f, "sha256", hex);
+    }
+    free(buf);
+    free(path);
+  }
+  for (size_t i = 0; i < nn; i++) free(names[i]);
+  if (!st) st = write_json(dir, "mtpq_manifest.json", m, err);
+  cJSON_Delete(m);
+  return st;
+}
+
+enum mtpq_status mtpq__drafter_meta(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
+                                    const char *dir, struct mtpq_err *err) {
+  struct drafter_priv *pv = pl->priv;
+  cJSON *cfg = cJSON_Duplicate((cJSON *)pv->cfg.json, 1);
+  if (!cfg) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+  cJSON_DeleteItemFromObjectCaseSensitive(cfg, "mtp_draft_vocab_size");
+  cJSON_AddNumberToObject(cfg, "mtp_draft_vocab_size", (double)pv->n_ids);
+  cJSON_AddItemToObject(cfg, "quantization_config", quantization_config(pl));
+  enum mtpq_status st = write_json(dir, "config.json", cfg, err);
+  cJSON_Delete(cfg);
+  if (st) return st;
+  cJSON *hq = cJSON_CreateObject();
+  cJSON *prod = cJSON_AddObjectToObject(hq, "producer");
+  cJSON_AddStringToObject(prod, "name", "mtpq");
+  cJSON_AddStringToObject(prod, "version", MTPQ_VERSION);
+  cJSON *q = cJSON_AddObjectToObject(hq, "quantization");
+  cJSON_AddStringToObject(q, "quant_algo", "MIXED_PRECISION");
+  cJSON_AddNullToObject(q, "kv_cache_quant_algo");
+  cJSON_AddItemToObject(q, "quantized_layers", quantized_layers(pl));
+  st = write_json(dir, "hf_quant_config.json", hq, err);
+  cJSON_Delete(hq);
+  static const char *copies[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                 "vocab.json", "merges.txt", "special_tokens_map.json", "chat_template.jinja"};
+  for (size_t i = 0; i < sizeof copies / sizeof copies[0] && !st; i++)
+    st = copy_file(mtpq_repo_dir(pv->target), dir, copies[i], err);
+  if (!st) st = write_card(p, pl, dir, err);
+  if (!st) st = write_manifest(p, pl, dir, err);
+  return st;
+}
