@@ -4,7 +4,7 @@
 # both exactly. Never commit between on and off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PATHS="testdata/tiny-qwen3next/model/model-00001-of-00002.safetensors testdata/tiny-qwen3next/model/tokenizer.json"
+PATHS="${MTPQ_SLIM_PATHS:-testdata/tiny-qwen3next/model/model-00001-of-00002.safetensors}"
 case "${1:-}" in
   on)
     for p in $PATHS; do git rm -q --cached "$p"; echo "/$p" >> .git/info/exclude; done ;;

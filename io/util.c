@@ -1,4 +1,5 @@
 /* Internal helpers: strings, paths, whole-file reads, atomic writes. */
+#define _DEFAULT_SOURCE /* madvise(MADV_DONTNEED): glibc's posix_madvise ignores DONTNEED */
 #include "io/util.h"
 
 #include <errno.h>
@@ -6,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +114,18 @@ enum mtpq_status mtpq__write_file_atomic(const char *path, const void *bytes, si
   if (st) unlink(tmp);
   free(tmp);
   return st;
+}
+
+void mtpq__release_pages(const void *p, size_t n) {
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps <= 0 || n < (size_t)ps) return;
+  uintptr_t a = ((uintptr_t)p + (uintptr_t)ps - 1) & ~((uintptr_t)ps - 1);
+  uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)ps - 1);
+#ifdef MADV_DONTNEED
+  if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+#else
+  if (b > a) posix_madvise((void *)a, b - a, POSIX_MADV_DONTNEED);
+#endif
 }
 
 double mtpq__now(void) {

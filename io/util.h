@@ -24,6 +24,11 @@ enum mtpq_status mtpq__write_file_atomic(const char *path, const void *bytes, si
                                          struct mtpq_err *err);
 /* Temporary sibling name "<path>.tmp.<pid>" (free with free()). */
 char *mtpq__tmp_name(const char *path);
+/* Tell the kernel the mapped bytes [p, p + n) are no longer needed, so a
+ * streaming pass over a mapped checkpoint keeps its resident set small
+ * (only whole pages inside the range are released; read-only mappings are
+ * re-read from the file if touched again). */
+void mtpq__release_pages(const void *p, size_t n);
 /* Seconds from a monotonic clock. */
 double mtpq__now(void);
 

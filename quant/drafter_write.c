@@ -58,6 +58,7 @@ enum mtpq_status mtpq__drafter_load_ids(const struct mtpq_drafter_params *p, str
       memcpy((unsigned char *)pv->head + i * row, (const unsigned char *)head->data + (size_t)id * row, row);
   }
   mtpq_st_close(f);
+  mtpq__release_pages(head->data, (size_t)head->nbytes); /* only the gathered copy is used now */
   return st;
 }
 
@@ -242,6 +243,7 @@ enum mtpq_status mtpq_drafter_write(const struct mtpq_drafter_params *p, struct 
     char label[600];
     snprintf(label, sizeof label, "%s: tensor %s", p->target, it->src_name);
     st = mtpq_amax_bf16(it->src, (size_t)(it->rows * it->cols), label, &amax[i], err);
+    mtpq__release_pages(it->src, (size_t)it->in_bytes);
   }
   for (size_t i = 0; i < pl->n && !st; i++)
     if (pl->items[i].kind == MTPQ_ITEM_NVFP4 && pl->items[i].group >= 0)
@@ -279,6 +281,8 @@ enum mtpq_status mtpq_drafter_write(const struct mtpq_drafter_params *p, struct 
     }
     if (progress) progress(ctx, i, pl->n, pl->items[i].name);
     st = write_item(p, sh[shard_of[i]].w, &pl->items[i], amax[i], srcs[i], err);
+    if (pl->items[i].kind != MTPQ_ITEM_HEAD) /* the head rows are our own copy */
+      mtpq__release_pages(pl->items[i].src, (size_t)pl->items[i].in_bytes);
   }
   for (int s = 0; s < nsh && !st; s++) st = mtpq_stw_commit(sh[s].w, err);
   if (!st && nsh > 1) {
