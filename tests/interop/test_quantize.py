@@ -199,6 +199,15 @@ with tempfile.TemporaryDirectory() as tmp:
         check(p.returncode == 0, f"{label}: {p.stderr}")
         t = conformance(o, 8, 334, 64, label)
         verify(fx, o, label)
+        if label == "qwen35moe":  # sharded output: index + shards, same tensors
+            so = fx + "-sharded"
+            p = run(*qargs[:4], "--out", so, "--expert-input-scale", "0.2", "--max-shard-size", "20000")
+            idx = json.load(open(os.path.join(so, "model.safetensors.index.json")))
+            shards = sorted(f for f in os.listdir(so) if f.startswith("model-"))
+            check(p.returncode == 0 and len(shards) > 1 and set(idx["weight_map"].values()) == set(shards),
+                  f"sharding: {shards}")
+            check(load_repo(so) == t, "sharded repo holds different tensors")
+            verify(fx, so, "sharded")
         if label == "next":  # 2 x the largest last-layer expert input_scale
             cfgin = load_repo(fx)
             gu = max(f32(v[2]) for k, v in cfgin.items() if k.endswith(("gate_proj.input_scale", "up_proj.input_scale")))
