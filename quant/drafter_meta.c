@@ -10,6 +10,9 @@
 
 #include "io/util.h"
 #include "quant/drafter_priv.h"
+#include "quant/embedded.h"
+
+#include <sys/stat.h>
 
 static enum mtpq_status write_json(const char *dir, const char *name, cJSON *j, struct mtpq_err *err) {
   char *txt = cJSON_Print(j);
@@ -174,10 +177,12 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
       "The draft vocabulary is `mtp_draft_vocab_ids.pt` / `.safetensors` (%zu ids, ascending); "
       "`config.json` carries `mtp_draft_vocab_size`.\n\n"
       "## Use with vLLM\n\n"
-      "Stock vLLM builds an MTP drafter with the target's quantization config, so it needs the "
-      "drafter-config change (see the mtpq documentation) to load this repo's FP8/NVFP4 layers and "
-      "its reduced-vocabulary head. Then:\n\n"
-      "```sh\nvllm serve %s --speculative-config "
+      "Stock vLLM builds an MTP drafter with the target's quantization config and has no "
+      "reduced-vocabulary MTP head, so this repo ships a vLLM plugin in `vllm_plugin/` (pinned to "
+      "vLLM 0.33.0; it builds the drafter with this repo's own quantization config and scatters the "
+      "FP8 draft head's logits back into the full vocabulary). From a local copy of this repo:\n\n"
+      "```sh\npip install vllm==0.33.0\npip install ./vllm_plugin\n"
+      "vllm serve %s --speculative-config "
       "'{\"method\": \"mtp\", \"num_speculative_tokens\": 3, \"model\": \"%s\"}'\n```\n\n"
       "## Provenance\n\n"
       "`mtpq_manifest.json` lists every file with its sha256, the mtpq version, the target and the "
@@ -202,16 +207,30 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* Relative paths of the regular files under root/rel (one level of
+ * subdirectories is all a drafter repo has: vllm_plugin/mtpq_vllm). */
+static void list_files(const char *root, const char *rel, char **names, size_t *nn, size_t cap) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s%s%s", root, rel[0] ? "/" : "", rel);
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && *nn < cap) {
+    if (e->d_name[0] == '.') continue;
+    char r[4096], full[8192];
+    snprintf(r, sizeof r, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+    snprintf(full, sizeof full, "%s/%s", root, r);
+    if (mtpq__is_dir(full)) list_files(root, r, names, nn, cap);
+    else names[(*nn)++] = mtpq__strdup(r);
+  }
+  closedir(d);
+}
+
 static enum mtpq_status write_manifest(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
                                        const char *dir, struct mtpq_err *err) {
-  DIR *d = opendir(dir);
-  if (!d) return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: cannot list", dir);
-  char *names[256];
+  char *names[1024];
   size_t nn = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL && nn < 256)
-    if (e->d_name[0] != '.') names[nn++] = mtpq__strdup(e->d_name);
-  closedir(d);
+  list_files(dir, "", names, &nn, 1024);
   qsort(names, nn, sizeof *names, cmp_str);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "created_by", "mtpq quantize");
@@ -255,6 +274,23 @@ static enum mtpq_status write_manifest(const struct mtpq_drafter_params *p, cons
   return st;
 }
 
+/* The vLLM plugin, into DIR/vllm_plugin. */
+static enum mtpq_status write_plugin(const char *dir, struct mtpq_err *err) {
+  char *root = mtpq__path_join(dir, "vllm_plugin");
+  char *pkg = root ? mtpq__path_join(root, "mtpq_vllm") : NULL;
+  enum mtpq_status st = MTPQ_OK;
+  if (!root || !pkg || mkdir(root, 0755) != 0 || mkdir(pkg, 0755) != 0)
+    st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s/vllm_plugin: cannot create", dir);
+  for (const struct mtpq_embedded_file *f = mtpq_vllm_plugin_files; !st && f->path; f++) {
+    char *path = mtpq__path_join(root, f->path);
+    st = path ? mtpq__write_file_atomic(path, f->bytes, f->len, err) : mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
+    free(path);
+  }
+  free(root);
+  free(pkg);
+  return st;
+}
+
 enum mtpq_status mtpq__drafter_meta(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
                                     const char *dir, struct mtpq_err *err) {
   struct drafter_priv *pv = pl->priv;
@@ -281,6 +317,7 @@ enum mtpq_status mtpq__drafter_meta(const struct mtpq_drafter_params *p, const s
                                  "vocab.json", "merges.txt", "special_tokens_map.json", "chat_template.jinja"};
   for (size_t i = 0; i < sizeof copies / sizeof copies[0] && !st; i++)
     st = copy_file(mtpq_repo_dir(pv->target), dir, copies[i], err);
+  if (!st) st = write_plugin(dir, err);
   if (!st) st = write_card(p, pl, dir, err);
   if (!st) st = write_manifest(p, pl, dir, err);
   return st;
