@@ -167,9 +167,12 @@ with tempfile.TemporaryDirectory() as tmp:
     moved = out + "-first"
     os.rename(out, moved)
     p = run(*args)
+    def files(d):
+        return sorted(os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs)
     same = all(open(os.path.join(out, f), "rb").read() == open(os.path.join(moved, f), "rb").read()
-               for f in os.listdir(moved))
-    check(p.returncode == 0 and sorted(os.listdir(out)) == sorted(os.listdir(moved)) and same, "tiny: not deterministic")
+               for f in files(moved))
+    check(p.returncode == 0 and files(out) == files(moved) and same, "tiny: not deterministic")
+    check("vllm_plugin/mtpq_vllm/patch.py" in files(out), "the repo has no vllm_plugin")
     # existing output without --force
     p = run(*args)
     check(p.returncode == 10 and "--force" in p.stderr, f"exists: rc={p.returncode} {p.stderr}")
