@@ -78,6 +78,8 @@ extern const struct cli_opt inspect_opts[];
 int cmd_verify(int argc, char **argv);
 extern const struct cli_opt verify_opts[];
 int cmd_bench_quant(int argc, char **argv);
+extern const struct cli_opt bench_accept_opts[];
+int cmd_bench_accept(int argc, char **argv);
 extern const struct cli_opt quantize_opts[];
 int cmd_quantize(int argc, char **argv);
 extern const struct cli_opt tokenize_opts[];

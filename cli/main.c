@@ -38,6 +38,12 @@ static const struct cli_cmd commands[] = {
      "--tokenizer tokenizer.json [options] FILE...", tokenize_opts, cmd_tokenize,
      "Prints one line of space-separated ids per FILE (no special tokens are\n"
      "added). FILE is plain UTF-8 text or JSON Lines (.jsonl), optionally .zst.\n"},
+    {"bench-acceptance", "draft acceptance: stock vs quantized drafters on target traces",
+     "--target DIR [--drafter DIR]... --traces FILE [-k N] [options]", bench_accept_opts, cmd_bench_accept,
+     "Replays the greedy draft/verify loop over recorded target traces (tokens +\n"
+     "final-norm hidden states) with the embedded runtime (CPU reference backend):\n"
+     "per-position acceptance, mean acceptance length, drafts, per domain (the\n"
+     "trace-name prefix before the first dot) and overall; stock first.\n"},
     {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]",
      bench_quant_opts, cmd_bench_quant,
      "Times NVFP4 and FP8 quantization of a BF16 matrix on 1 thread, all\n"

@@ -1,0 +1,226 @@
+/* mtpq bench-acceptance: replay recorded greedy target traces through the
+ * stock and quantized drafters; per-position acceptance side by side. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "io/safetensors.h"
+#include "kernels/replay.h"
+
+const struct cli_opt bench_accept_opts[] = {
+    {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
+    {"drafter", 0, OPT_STR, OPT_MULTI, "DIR", "an mtpq drafter repo to compare with stock (repeatable)"},
+    {"traces", 0, OPT_STR, 0, "FILE", "traces safetensors (required)"},
+    {"k", 'k', OPT_UINT, 0, "N", "draft tokens per round (default: the traces' k, else 3)"},
+    {"prompt-len", 0, OPT_UINT, 0, "N", "prompt tokens per trace (default: metadata prompt_len, else 192)"},
+    {"draft-window", 0, OPT_UINT, 0, "N", "sliding window of the draft attention (0 = full)"},
+    {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance"},
+    {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
+    {NULL, 0, 0, 0, NULL, NULL},
+};
+
+#define MAX_DOMAINS 32
+#define MAX_DRAFTERS 9
+
+struct result {
+  const char *path; /* NULL: stock */
+  int ndom;
+  char dom[MAX_DOMAINS][64];
+  struct mtpq_accept_stats st[MAX_DOMAINS + 1]; /* + overall */
+};
+
+static double mal(const struct mtpq_accept_stats *s) {
+  double acc = 0;
+  for (int i = 0; i < s->k; i++) acc += (double)s->accepted[i];
+  return s->drafts ? 1.0 + acc / (double)s->drafts : 0.0;
+}
+static double cond(const struct mtpq_accept_stats *s, int i) {
+  return s->reached[i] ? (double)s->accepted[i] / (double)s->reached[i] : 0.0;
+}
+static double perpos(const struct mtpq_accept_stats *s, int i) {
+  return s->drafts ? (double)s->accepted[i] / (double)s->drafts : 0.0;
+}
+
+static cJSON *stats_json(const struct mtpq_accept_stats *s) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON *c = cJSON_AddArrayToObject(o, "conditional"), *p = cJSON_AddArrayToObject(o, "per_position");
+  for (int i = 0; i < s->k; i++) {
+    cJSON_AddItemToArray(c, cJSON_CreateNumber(cond(s, i)));
+    cJSON_AddItemToArray(p, cJSON_CreateNumber(perpos(s, i)));
+  }
+  cJSON_AddNumberToObject(o, "mean_acceptance_length", mal(s));
+  cJSON_AddNumberToObject(o, "drafts", (double)s->drafts);
+  cJSON_AddNumberToObject(o, "draft_tokens", (double)s->draft_tokens);
+  return o;
+}
+
+static int write_svg(const char *path, const struct result *r, int nr, int k) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  static const char *colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf",
+                                 "#7f7f7f", "#bcbd22"};
+  int W = 640, Hh = 400, L = 60, B = 50, T = 30, R = 200;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+             "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, Hh);
+  fprintf(f, "<text x=\"%d\" y=\"20\">Per-position acceptance (accepted at position i / drafts), all traces</text>\n", L);
+  int pw = W - L - R, ph = Hh - T - B;
+  for (int g = 0; g <= 10; g += 2) {
+    double y = T + ph - ph * g / 10.0;
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%d\" y=\"%.1f\" "
+               "text-anchor=\"end\">%.1f</text>\n", L, y, L + pw, y, L - 6, y + 4, g / 10.0);
+  }
+  for (int i = 0; i < k; i++) {
+    double x = L + (k > 1 ? pw * i / (double)(k - 1) : pw / 2.0);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", x, T + ph + 18, i + 1);
+  }
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">draft position</text>\n", L + pw / 2, Hh - 8);
+  for (int d = 0; d < nr; d++) {
+    const struct mtpq_accept_stats *s = &r[d].st[MAX_DOMAINS];
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", colors[d % 9]);
+    for (int i = 0; i < k; i++)
+      fprintf(f, "%.1f,%.1f ", L + (k > 1 ? pw * i / (double)(k - 1) : pw / 2.0), T + ph - ph * perpos(s, i));
+    fprintf(f, "\"/>\n");
+    const char *name = r[d].path ? strrchr(r[d].path, '/') : NULL;
+    name = r[d].path ? (name && name[1] ? name + 1 : r[d].path) : "stock (target mtp.*)";
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%.30s "
+               "(%.3f)</text>\n", L + pw + 12, T + 20 * d, colors[d % 9], L + pw + 30, T + 10 + 20 * d, name, mal(s));
+  }
+  fprintf(f, "</svg>\n");
+  return fclose(f);
+}
+
+int cmd_bench_accept(int argc, char **argv) {
+  struct cli_args a;
+  int help;
+  const char *cmd = "bench-acceptance";
+  if (cli_parse(cmd, bench_accept_opts, argc, argv, &a, &help)) return MTPQ_EXIT_USAGE;
+  const char *target = cli_str(bench_accept_opts, &a, "target"), *traces = cli_str(bench_accept_opts, &a, "traces");
+  if (!target || !traces || a.npos) return cli_usage_error(cmd, "--target and --traces are required");
+  int idr = cli_opt_index(bench_accept_opts, "drafter");
+  if (a.set[idr] + 1 > MAX_DRAFTERS) return cli_usage_error(cmd, "at most %d drafters", MAX_DRAFTERS - 1);
+  struct mtpq_err err = {0};
+  struct mtpq_st_file *tf = NULL;
+  enum mtpq_status st = mtpq_st_open(traces, &tf, &err);
+  if (st) return cli_fail(st, &err);
+  const char *mk = mtpq_st_metadata_get(tf, "k"), *mp = mtpq_st_metadata_get(tf, "prompt_len");
+  int k = (int)cli_uint(bench_accept_opts, &a, "k", mk ? strtoull(mk, NULL, 10) : 3);
+  int64_t P = (int64_t)cli_uint(bench_accept_opts, &a, "prompt-len", mp ? strtoull(mp, NULL, 10) : 192);
+  int window = (int)cli_uint(bench_accept_opts, &a, "draft-window", 0);
+  if (k < 1 || k > MTPQ_MAX_K) {
+    mtpq_st_close(tf);
+    return cli_usage_error(cmd, "-k must be 1..%d", MTPQ_MAX_K);
+  }
+  static struct result res[MAX_DRAFTERS];
+  memset(res, 0, sizeof res);
+  int nr = 1 + a.set[idr], rc = 0;
+  for (int d = 0; d < nr && !rc; d++) {
+    struct result *r = &res[d];
+    r->path = d ? a.multi[idr][d - 1] : NULL;
+    struct mtpq_drafter *dr = NULL;
+    st = mtpq_drafter_open(target, r->path, &dr, &err);
+    if (st) {
+      rc = cli_fail(st, &err);
+      break;
+    }
+    r->st[MAX_DOMAINS].k = k;
+    for (size_t i = 0; i < mtpq_st_count(tf) && !rc; i++) {
+      const struct mtpq_tensor *tt = mtpq_st_at(tf, i);
+      size_t nl = strlen(tt->name);
+      if (nl < 7 || strcmp(tt->name + nl - 7, ".tokens") != 0) continue;
+      char hname[600];
+      snprintf(hname, sizeof hname, "%.*s.hidden", (int)(nl - 7), tt->name);
+      const struct mtpq_tensor *hh = mtpq_st_find(tf, hname);
+      if (tt->dtype != MTPQ_DTYPE_I32 || tt->rank != 1 || !hh || hh->dtype != MTPQ_DTYPE_BF16 || hh->rank != 2 ||
+          hh->shape[0] != tt->shape[0]) {
+        rc = cli_fail(mtpq_err_set(&err, MTPQ_E_DTYPE_MISMATCH, "%s: trace %s needs I32 tokens [N] and BF16 %s [N, H]",
+                                   traces, tt->name, hname), &err);
+        break;
+      }
+      if (hh->shape[1] != mtpq_drafter_hidden(dr)) {
+        rc = cli_fail(mtpq_err_set(&err, MTPQ_E_DTYPE_MISMATCH,
+                                   "%s: %s has hidden size %lld but the drafter's is %lld", traces, hname,
+                                   (long long)hh->shape[1], (long long)mtpq_drafter_hidden(dr)), &err);
+        break;
+      }
+      const int32_t *x = tt->data;
+      int32_t *xc = malloc((size_t)tt->nbytes);
+      memcpy(xc, x, (size_t)tt->nbytes);
+      for (int64_t t = 0; t < tt->shape[0] && !rc; t++)
+        if (xc[t] < 0 || xc[t] >= mtpq_drafter_vocab(dr))
+          rc = cli_fail(mtpq_err_set(&err, MTPQ_E_BAD_VALUE, "%s: %s[%lld] = %d is outside the vocabulary (%lld)",
+                                     traces, tt->name, (long long)t, xc[t], (long long)mtpq_drafter_vocab(dr)), &err);
+      char dom[64];
+      snprintf(dom, sizeof dom, "%.*s", (int)strcspn(tt->name, "."), tt->name);
+      int di = 0;
+      while (di < r->ndom && strcmp(r->dom[di], dom) != 0) di++;
+      if (!rc && di == r->ndom && r->ndom < MAX_DOMAINS) snprintf(r->dom[r->ndom++], 64, "%s", dom);
+      struct mtpq_session *s = NULL;
+      struct mtpq_accept_stats one = {0};
+      if (!rc) st = mtpq_session_open(dr, MTPQ_BACKEND_CPU, tt->shape[0], window, &s, &err);
+      if (!rc && !st) st = mtpq_replay_trace(s, xc, hh->data, tt->shape[0], P, k, &one, &err);
+      if (!rc && st) rc = cli_fail(st, &err);
+      if (!rc && di < MAX_DOMAINS) {
+        mtpq_accept_add(&r->st[di], &one);
+        mtpq_accept_add(&r->st[MAX_DOMAINS], &one);
+      }
+      mtpq_session_close(s);
+      free(xc);
+    }
+    mtpq_drafter_close(dr);
+  }
+  mtpq_st_close(tf);
+  if (rc) return rc;
+  const char *plot = cli_str(bench_accept_opts, &a, "plot");
+  if (plot && write_svg(plot, res, nr, k) != 0) {
+    cli_error("%s: cannot write the plot", plot);
+    return MTPQ_EXIT_IO;
+  }
+  if (cli_has(bench_accept_opts, &a, "json")) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "k", k);
+    cJSON_AddNumberToObject(o, "prompt_len", (double)P);
+    cJSON_AddStringToObject(o, "traces", traces);
+    cJSON *arr = cJSON_AddArrayToObject(o, "drafters");
+    for (int d = 0; d < nr; d++) {
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddStringToObject(x, "path", res[d].path ? res[d].path : target);
+      cJSON_AddStringToObject(x, "kind", res[d].path ? "drafter" : "stock");
+      cJSON *doms = cJSON_AddObjectToObject(x, "domains");
+      for (int i = 0; i < res[d].ndom; i++) cJSON_AddItemToObject(doms, res[d].dom[i], stats_json(&res[d].st[i]));
+      cJSON_AddItemToObject(x, "all", stats_json(&res[d].st[MAX_DOMAINS]));
+      cJSON_AddItemToArray(arr, x);
+    }
+    char *t = cJSON_Print(o);
+    puts(t);
+    free(t);
+    cJSON_Delete(o);
+    return 0;
+  }
+  printf("bench-acceptance: k = %d, prompt %lld tokens, greedy replay of %s\n", k, (long long)P, traces);
+  printf("%-16s %-34s %7s %7s", "domain", "drafter", "drafts", "MAL");
+  for (int i = 0; i < k; i++) printf("  cond%-3d", i + 1);
+  for (int i = 0; i < k; i++) printf("  pos%-4d", i + 1);
+  printf("\n");
+  for (int di = 0; di <= res[0].ndom; di++) {
+    int idx = di == res[0].ndom ? MAX_DOMAINS : di;
+    for (int d = 0; d < nr; d++) {
+      const struct mtpq_accept_stats *s = &res[d].st[idx], *base = &res[0].st[idx];
+      const char *name = res[d].path ? res[d].path : "stock (target mtp.*)";
+      printf("%-16s %-34.34s %7llu %7.4f", d ? "" : (idx == MAX_DOMAINS ? "all" : res[0].dom[di]), name,
+             (unsigned long long)s->drafts, mal(s));
+      for (int i = 0; i < k; i++) printf("  %7.4f", cond(s, i));
+      for (int i = 0; i < k; i++) printf("  %7.4f", perpos(s, i));
+      printf("\n");
+      if (d) {
+        printf("%-16s %-34s %7s %+7.4f", "", "  difference vs stock", "", mal(s) - mal(base));
+        for (int i = 0; i < k; i++) printf("  %+7.4f", cond(s, i) - cond(base, i));
+        for (int i = 0; i < k; i++) printf("  %+7.4f", perpos(s, i) - perpos(base, i));
+        printf("\n");
+      }
+    }
+  }
+  printf("MAL = mean acceptance length (1 + accepted / drafts); cond = P(draft i accepted | drafts before it "
+         "accepted); pos = accepted at position i / drafts (vLLM's per-position rate)\n");
+  return 0;
+}

@@ -1,0 +1,64 @@
+/* Greedy draft/verify replay; see kernels/replay.h. */
+#include "kernels/replay.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats *b) {
+  a->k = b->k;
+  a->drafts += b->drafts;
+  a->draft_tokens += b->draft_tokens;
+  for (int i = 0; i < MTPQ_MAX_K; i++) {
+    a->accepted[i] += b->accepted[i];
+    a->reached[i] += b->reached[i];
+  }
+}
+
+enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *x, const void *hidden_bf16,
+                                   int64_t n, int64_t P, int k, struct mtpq_accept_stats *st,
+                                   struct mtpq_err *err) {
+  if (k < 1 || k > MTPQ_MAX_K) return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d", k, MTPQ_MAX_K);
+  if (P < 1 || P >= n) return mtpq_err_set(err, MTPQ_E_INVAL, "prompt length %lld outside 1..%lld", (long long)P, (long long)(n - 1));
+  st->k = k;
+  int64_t H = mtpq__session_hidden(s);
+  float *out = malloc((size_t)n * (size_t)H * sizeof *out);
+  int32_t *tok = malloc((size_t)n * sizeof *tok);
+  int64_t *pos = malloc((size_t)n * sizeof *pos);
+  float *prev = malloc((size_t)H * sizeof *prev);
+  if (!out || !tok || !pos || !prev) {
+    free(out), free(tok), free(pos), free(prev);
+    return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  }
+  enum mtpq_status rc = MTPQ_OK;
+  int64_t c = P, from = 0;
+  while (!rc && c < n - 1) {
+    int64_t m = c - from;
+    for (int64_t t = 0; t < m; t++) tok[t] = x[from + t + 1], pos[t] = from + t;
+    rc = mtpq_session_step(s, (int)m, tok, (const unsigned char *)hidden_bf16 + (size_t)from * (size_t)H * 2, 1,
+                           pos, out, err);
+    if (rc) break;
+    int keff = (int)(n - 1 - c < k ? n - 1 - c : k);
+    int32_t d[MTPQ_MAX_K];
+    memcpy(prev, out + (size_t)(m - 1) * (size_t)H, (size_t)H * sizeof *prev);
+    mtpq_session_head(s, prev, &d[0], NULL);
+    for (int i = 1; i < keff && !rc; i++) {
+      int64_t p1 = c - 1 + i;
+      rc = mtpq_session_step(s, 1, &d[i - 1], prev, 0, &p1, out, err);
+      if (!rc) {
+        memcpy(prev, out, (size_t)H * sizeof *prev);
+        mtpq_session_head(s, prev, &d[i], NULL);
+      }
+    }
+    if (rc) break;
+    int a = 0;
+    while (a < keff && d[a] == x[c + 1 + a]) a++;
+    st->drafts++;
+    st->draft_tokens += (uint64_t)keff;
+    for (int i = 0; i < a; i++) st->accepted[i]++;
+    for (int i = 0; i <= a && i < keff; i++) st->reached[i]++;
+    from = c;
+    c += a + 1;
+  }
+  free(out), free(tok), free(pos), free(prev);
+  return rc;
+}

@@ -1,0 +1,39 @@
+/* Greedy draft/verify replay over a recorded target trace (mtp-architecture.md
+ * section 2.7 and 3): for greedy decoding the accepted prefix is always the
+ * target's own output, so replaying the trace reproduces the live loop.
+ *
+ * With tokens x[0, N) (the first P the prompt) and the target's final-norm
+ * hidden states h[t]: the committed length starts at c = P (x[P] is the
+ * target's first generated token). Each round: a first drafter pass over the
+ * slots not yet passed with real hidden states, slot t = (h[t], x[t+1]) at
+ * position t, up to t = c - 1, whose output gives draft d1; steps 2..k feed
+ * the drafter's own post-norm output and its previous draft at the next
+ * position; drafts are compared with x[c+1], x[c+2], ... and accepted while
+ * they match (k is cut at the end of the trace); c advances by accepted + 1.
+ */
+#ifndef MTPQ_KERNELS_REPLAY_H
+#define MTPQ_KERNELS_REPLAY_H
+
+#include <stdint.h>
+
+#include "kernels/runtime.h"
+
+#define MTPQ_MAX_K 16
+
+struct mtpq_accept_stats {
+  int k;
+  uint64_t drafts;       /* rounds */
+  uint64_t draft_tokens; /* drafted tokens (k, less at the trace end) */
+  uint64_t accepted[MTPQ_MAX_K]; /* rounds whose draft i was accepted */
+  uint64_t reached[MTPQ_MAX_K];  /* rounds whose draft i was compared (all before it accepted) */
+};
+
+/* Replay one trace with a fresh session (the caller opens it per trace). */
+enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *tokens, const void *hidden_bf16,
+                                   int64_t n, int64_t prompt_len, int k, struct mtpq_accept_stats *st,
+                                   struct mtpq_err *err);
+
+/* a += b */
+void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats *b);
+
+#endif

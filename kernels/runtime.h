@@ -1,0 +1,71 @@
+/* The embedded drafter runtime: one model description for the Qwen3-Next /
+ * Qwen3.5 MTP drafter and a backend interface (CPU reference now; the CUDA
+ * backend implements the same calls).
+ *
+ * Forward pass (../shared/docs/mtp-architecture.md 2.2), per token slot with
+ * inputs (token, hidden h_in, position):
+ *   e = embed[token]; c = [ZCNorm(e; pre_fc_norm_embedding), ZCNorm(h_in;
+ *   pre_fc_norm_hidden)]; x0 = fc(c)
+ *   a = ZCNorm(x0; input_layernorm); q|gate interleaved per head from q_proj;
+ *   k, v; per-head ZCNorm on q and k; partial NeoX RoPE (rotary dim =
+ *   head_dim x partial_rotary_factor, theta from the config); k, v into the
+ *   drafter's own KV cache at the position; causal GQA attention (scale
+ *   head_dim^-0.5, optional sliding window); o = attn x sigmoid(gate); y =
+ *   o_proj(o); r2 = y + x0; y2 = ZCNorm(r2; post_attention_layernorm)
+ *   MoE: fp32 softmax over all experts, top-k, renormalised (norm_topk_prob),
+ *   SiLU-gated experts, + sigmoid(shared_expert_gate(y2)) x shared(y2); or a
+ *   dense SiLU MLP
+ *   out = ZCNorm(m + r2; mtp.norm): the drafter output, fed back as h_in of
+ *   the next step and projected by the head (the target's lm_head / tied
+ *   embedding, or the FP8 draft head whose argmax maps through the ids).
+ * ZCNorm(x; w) = x / sqrt(mean(x^2) + eps) * (1 + w). Weights are BF16, FP8
+ * per tensor or NVFP4, dequantized on the fly; the CPU backend accumulates
+ * in float32 and keeps activations in float32 (vLLM rounds activations to
+ * bf16 between ops, so logits differ from it at bf16 ULP scale).
+ */
+#ifndef MTPQ_KERNELS_RUNTIME_H
+#define MTPQ_KERNELS_RUNTIME_H
+
+#include <stdint.h>
+
+#include "io/status.h"
+
+struct mtpq_drafter;
+
+/* Load the stock drafter (drafter_dir NULL: the target's own mtp.*) or an
+ * mtpq -mtpfp8 repo, with the embedding (and, for the stock drafter, the
+ * head) from the target. Refuses a drafter repo made from another target. */
+enum mtpq_status mtpq_drafter_open(const char *target_dir, const char *drafter_dir,
+                                   struct mtpq_drafter **out, struct mtpq_err *err);
+void mtpq_drafter_close(struct mtpq_drafter *d); /* NULL-safe */
+
+int64_t mtpq_drafter_hidden(const struct mtpq_drafter *d);
+int64_t mtpq_drafter_vocab(const struct mtpq_drafter *d); /* head rows of the full vocabulary */
+/* 1 when the head is a reduced draft head. */
+int mtpq_drafter_reduced_head(const struct mtpq_drafter *d);
+
+/* Backends. */
+enum mtpq_backend { MTPQ_BACKEND_CPU, MTPQ_BACKEND_CUDA };
+
+struct mtpq_session; /* KV cache + scratch of one sequence */
+
+enum mtpq_status mtpq_session_open(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos,
+                                   int window, struct mtpq_session **out, struct mtpq_err *err);
+void mtpq_session_close(struct mtpq_session *s);
+
+/* Run n slots: tokens[i], hidden[i] (float32 [n, H], or bf16 when
+ * hidden_bf16 is set), positions[i]; the drafter outputs (after mtp.norm,
+ * float32 [n, H]) go to out_hidden. Slots run in order, each writing its KV
+ * entry and attending to cached positions <= its own. */
+enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t *tokens,
+                                   const void *hidden, int hidden_bf16, const int64_t *positions,
+                                   float *out_hidden, struct mtpq_err *err);
+/* The head on one drafter output: argmax as a target vocabulary id (ties to
+ * the lower id); out_logits (NULL or float32 [V]) gets the full-vocabulary
+ * logits, -inf outside a reduced draft head. */
+void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits);
+
+/* Hidden size of the session's drafter. */
+int64_t mtpq__session_hidden(const struct mtpq_session *s);
+
+#endif
