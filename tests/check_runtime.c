@@ -1,0 +1,126 @@
+/* The CPU drafter runtime against the independent PyTorch reference
+ * (testdata/runtime/forward_ref.safetensors, made by
+ * tests/bench/torch_mtp_reference.py with transformers' Qwen3-Next modules on
+ * the GPU machine), the replay rules, and refused inputs. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+#include "kernels/replay.h"
+#include "kernels/runtime.h"
+#include "testutil.h"
+
+#define T MTPQ_TESTDATA "/tiny-qwen3next"
+
+static double rel_err(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return sqrt(num / den);
+}
+
+START_TEST(test_forward_matches_torch) {
+  struct mtpq_err err = {0};
+  struct mtpq_drafter *d = NULL;
+  ck_assert_msg(mtpq_drafter_open(T "/model", NULL, &d, &err) == MTPQ_OK, "%s", err.msg);
+  struct mtpq_st_file *ref = NULL, *tr = NULL;
+  ck_assert_int_eq(mtpq_st_open(MTPQ_TESTDATA "/runtime/forward_ref.safetensors", &ref, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_st_open(T "/traces.safetensors", &tr, &err), MTPQ_OK);
+  const struct mtpq_tensor *xt = mtpq_st_find(tr, "code_heldout.0.tokens"), *ht = mtpq_st_find(tr, "code_heldout.0.hidden");
+  int64_t P = 192, H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
+  struct mtpq_session *s = NULL;
+  ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CPU, 288, 0, &s, &err), MTPQ_OK);
+  int32_t tok[192];
+  int64_t pos[192];
+  memcpy(tok, (const int32_t *)xt->data + 1, sizeof tok);
+  for (int i = 0; i < 192; i++) pos[i] = i;
+  float *out = malloc((size_t)(P * H) * 4), *lg = malloc((size_t)V * 4);
+  ck_assert_int_eq(mtpq_session_step(s, 192, tok, ht->data, 1, pos, out, &err), MTPQ_OK);
+  /* every slot's output, and the argmax of every slot */
+  const struct mtpq_tensor *oh = mtpq_st_find(ref, "out_hidden"), *am = mtpq_st_find(ref, "argmax"),
+                           *l2 = mtpq_st_find(ref, "logits_last2");
+  double e = rel_err(out, oh->data, (size_t)(P * H));
+  printf("drafter outputs vs torch: relative L2 error %.3g over %lld x %lld\n", e, (long long)P, (long long)H);
+  ck_assert_msg(e < 2e-5, "drafter outputs: relative error %.3g vs torch (bound 2e-5)", e);
+  int32_t want_arg[192];
+  memcpy(want_arg, am->data, sizeof want_arg);
+  for (int64_t i = 0; i < P; i++) {
+    int32_t a;
+    mtpq_session_head(s, out + i * H, &a, i >= P - 2 ? lg : NULL);
+    ck_assert_msg(a == want_arg[i], "slot %lld: argmax %d, torch %d", (long long)i, a, want_arg[i]);
+    if (i >= P - 2) {
+      double le = rel_err(lg, (const float *)l2->data + (i - (P - 2)) * V, (size_t)V);
+      printf("slot %lld logits vs torch: relative L2 error %.3g\n", (long long)i, le);
+      ck_assert_msg(le < 2e-5, "slot %lld logits: relative error %.3g (bound 2e-5)", (long long)i, le);
+    }
+  }
+  /* one chained step: the drafter's own output and draft at position P */
+  int32_t t2 = want_arg[P - 1];
+  int64_t p2 = P;
+  float step[1024];
+  ck_assert_int_eq(mtpq_session_step(s, 1, &t2, out + (P - 1) * H, 0, &p2, step, &err), MTPQ_OK);
+  double se = rel_err(step, mtpq_st_find(ref, "step_hidden")->data, (size_t)H);
+  ck_assert_msg(se < 2e-5, "chained step: relative error %.3g", se);
+  int32_t a2, w2;
+  mtpq_session_head(s, step, &a2, lg);
+  memcpy(&w2, mtpq_st_find(ref, "step_argmax")->data, 4);
+  ck_assert_int_eq(a2, w2);
+  ck_assert(rel_err(lg, mtpq_st_find(ref, "step_logits")->data, (size_t)V) < 2e-5);
+  free(out);
+  free(lg);
+  mtpq_session_close(s);
+  mtpq_st_close(ref);
+  mtpq_st_close(tr);
+  mtpq_drafter_close(d);
+}
+END_TEST
+
+START_TEST(test_replay_rules_and_errors) {
+  struct mtpq_err err = {0};
+  struct mtpq_drafter *d = NULL;
+  ck_assert_int_eq(mtpq_drafter_open(T "/model", NULL, &d, &err), MTPQ_OK);
+  struct mtpq_session *s = NULL;
+  ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CPU, 8, 0, &s, &err), MTPQ_OK);
+  int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint16_t hid[8 * 128] = {0};
+  struct mtpq_accept_stats st = {0};
+  ck_assert_int_eq(mtpq_replay_trace(s, x, hid, 8, 4, 0, &st, &err), MTPQ_E_INVAL); /* k < 1 */
+  ck_assert_int_eq(mtpq_replay_trace(s, x, hid, 8, 8, 3, &st, &err), MTPQ_E_INVAL); /* no generated part */
+  ck_assert_int_eq(mtpq_replay_trace(s, x, hid, 8, 4, 3, &st, &err), MTPQ_OK);
+  /* 3 tokens after the first generated one: rounds cover them exactly */
+  ck_assert_uint_ge(st.drafts, 1);
+  ck_assert_uint_le(st.draft_tokens, 3 * st.drafts);
+  uint64_t covered = st.drafts;
+  for (int i = 0; i < 3; i++) covered += st.accepted[i];
+  ck_assert_uint_eq(covered, 3); /* accepted + 1 per round = the tokens predicted */
+  int64_t far = 9;
+  float o[128];
+  ck_assert_int_eq(mtpq_session_step(s, 1, x, hid, 1, &far, o, &err), MTPQ_E_INVAL);
+  int32_t bad = 200000;
+  int64_t p0 = 0;
+  ck_assert_int_eq(mtpq_session_step(s, 1, &bad, hid, 1, &p0, o, &err), MTPQ_E_BAD_VALUE);
+  struct mtpq_session *g = NULL;
+  ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CUDA, 8, 0, &g, &err), MTPQ_E_NO_GPU);
+  mtpq_session_close(s);
+  mtpq_drafter_close(d);
+}
+END_TEST
+
+int main(void) {
+  Suite *su = suite_create("runtime");
+  TCase *tc = tcase_create("runtime");
+  tcase_add_test(tc, test_forward_matches_torch);
+  tcase_add_test(tc, test_replay_rules_and_errors);
+  tcase_set_timeout(tc, 120);
+  suite_add_tcase(su, tc);
+  SRunner *sr = srunner_create(su);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""bench-acceptance end to end on the tiny model's traces.
+
+The stock drafter's numbers must equal the independent PyTorch replay of
+the same loop (testdata/runtime/replay_ref.json, made with transformers'
+Qwen3-Next modules on the GPU machine): drafts, accepted and reached counts
+per position and domain. The quantized drafter from `mtpq quantize` is
+reported next to stock with the JSON contract's fields; the SVG plot is
+well-formed; mismatched traces, a drafter from another target and k < 1 are
+refused.
+Usage: test_acceptance.py MTPQ GEN_FIXTURE TESTDATA
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+MTPQ, GEN, TESTDATA = sys.argv[1:4]
+T = os.path.join(TESTDATA, "tiny-qwen3next")
+failures = []
+
+
+def check(c, m):
+    if not c:
+        failures.append(m)
+
+
+def run(*a):
+    return subprocess.run([MTPQ, *a], capture_output=True, text=True)
+
+
+ref = json.load(open(os.path.join(TESTDATA, "runtime", "replay_ref.json")))
+with tempfile.TemporaryDirectory() as tmp:
+    t0 = time.time()
+    p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"),
+            "-k", "3", "--json")
+    stock_s = time.time() - t0
+    check(p.returncode == 0, p.stderr)
+    rep = json.loads(p.stdout)
+    d0 = rep["drafters"][0]
+    check(rep["k"] == 3 and d0["kind"] == "stock", "contract")
+    for dom, r in ref["domains"].items():
+        got = d0["domains"][dom]
+        check(got["drafts"] == r["drafts"], f"{dom}: drafts {got['drafts']} vs torch {r['drafts']}")
+        want_pp = [a / r["drafts"] for a in r["accepted"]]
+        want_c = [a / n for a, n in zip(r["accepted"], r["reached"])]
+        check(all(abs(x - y) < 1e-12 for x, y in zip(got["per_position"], want_pp)), f"{dom}: per_position {got['per_position']} vs {want_pp}")
+        check(all(abs(x - y) < 1e-12 for x, y in zip(got["conditional"], want_c)), f"{dom}: conditional")
+        check(abs(got["mean_acceptance_length"] - (1 + sum(r["accepted"]) / r["drafts"])) < 1e-12, f"{dom}: MAL")
+    print(f"stock drafter replay: {stock_s:.1f} s; equals the PyTorch replay")
+    # quantized drafter next to stock
+    vp = os.path.join(tmp, "dv")
+    run("build-vocab", "-t", os.path.join(T, "model", "tokenizer.json"), "-c", os.path.join(T, "counts", "code_train.tsv"),
+        "-c", os.path.join(T, "counts", "prose_train.tsv:10"), "-n", "98304", "--out", vp)
+    q = os.path.join(tmp, "q")
+    p = run("quantize", os.path.join(T, "model"), "--vocab", vp + ".safetensors", "--out", q, "--expert-input-scale", "0.1667")
+    check(p.returncode == 0, p.stderr)
+    svg = os.path.join(tmp, "acc.svg")
+    p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"),
+            "--drafter", q, "--plot", svg, "--json")
+    rep = json.loads(p.stdout)
+    check(len(rep["drafters"]) == 2 and rep["drafters"][1]["path"] == q, "quantized drafter missing")
+    for dom in ("code_heldout", "prose_heldout"):
+        x = rep["drafters"][1]["domains"][dom]
+        check(set(x) >= {"conditional", "per_position", "mean_acceptance_length", "drafts"} and len(x["per_position"]) == 3,
+              f"{dom}: fields")
+        print(f"{dom}: stock MAL {rep['drafters'][0]['domains'][dom]['mean_acceptance_length']:.4f}, "
+              f"quantized {x['mean_acceptance_length']:.4f}")
+    root = ET.parse(svg).getroot()
+    check(root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 2, "svg")
+    # refusals
+    p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"), "-k", "0")
+    check(p.returncode == 2, f"k=0: {p.returncode}")
+    fx = os.path.join(tmp, "fx")
+    subprocess.run([GEN, fx, "--hidden", "64", "--experts", "4", "--inter", "32", "--heads", "2", "--kv", "1",
+                    "--head-dim", "32", "--vocab", "151936"], check=True)
+    p = run("bench-acceptance", "--target", fx, "--traces", os.path.join(T, "traces.safetensors"))
+    check(p.returncode == 4 and "hidden size 128 but the drafter's is 64" in p.stderr, f"hidden mismatch: {p.stderr}")
+    fq = os.path.join(tmp, "fq")
+    run("quantize", fx, "--vocab", vp + ".safetensors", "--out", fq, "--expert-input-scale", "0.2")
+    p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"),
+            "--drafter", fq)
+    check(p.returncode == 4 and "another target" in p.stderr, f"foreign drafter: {p.returncode} {p.stderr}")
+
+if failures:
+    for m in failures:
+        print("FAIL:", m)
+    print(f"0 passed, {len(failures)} failed")
+    sys.exit(1)
+print("bench-acceptance: all checks passed")
