@@ -71,6 +71,12 @@ with tempfile.TemporaryDirectory() as tmp:
               f"quantized {x['mean_acceptance_length']:.4f}")
     root = ET.parse(svg).getroot()
     check(root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 2, "svg")
+    # a sliding draft window changes what the drafter sees (k = 1, window 8)
+    base = json.loads(run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces",
+                          os.path.join(T, "traces.safetensors"), "-k", "1", "--json").stdout)
+    win = json.loads(run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces",
+                         os.path.join(T, "traces.safetensors"), "-k", "1", "--draft-window", "8", "--json").stdout)
+    check(base["drafters"][0]["all"] != win["drafters"][0]["all"], "--draft-window 8 changed nothing")
     # refusals
     p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"), "-k", "0")
     check(p.returncode == 2, f"k=0: {p.returncode}")
