@@ -22,6 +22,25 @@ enum mtpq_status mtpq_gpu_quant_bench(enum mtpq_format fmt, const void *bf16, in
   (void)fmt, (void)bf16, (void)rows, (void)cols, (void)o, (void)iters, (void)t;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
+
+#include "kernels/runtime_cuda.h"
+
+enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window, void **out,
+                                         struct mtpq_err *err) {
+  (void)d, (void)max_pos, (void)window;
+  *out = NULL;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+void mtpq__cuda_session_close(void *g) { (void)g; }
+enum mtpq_status mtpq__cuda_step(void *g, int n, const int32_t *tokens, const void *hidden, int hidden_bf16,
+                                 const int64_t *positions, float *out_hidden, struct mtpq_err *err) {
+  (void)g, (void)n, (void)tokens, (void)hidden, (void)hidden_bf16, (void)positions, (void)out_hidden;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, float *logits, struct mtpq_err *err) {
+  (void)g, (void)hidden, (void)tok, (void)logits;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
 #else
 typedef int mtpq_gpu_stub_unused; /* ISO C forbids an empty translation unit */
 #endif

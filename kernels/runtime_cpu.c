@@ -8,33 +8,9 @@
 #include "io/model.h"
 #include "io/util.h"
 #include "kernels/runtime.h"
+#include "kernels/runtime_model.h"
+#include "kernels/runtime_cuda.h"
 #include "quant/numerics.h"
-
-enum lin_fmt { LIN_BF16, LIN_FP8, LIN_NVFP4 };
-
-struct lin {
-  enum lin_fmt f;
-  int64_t rows, cols;
-  const unsigned char *w;
-  const unsigned char *scales; /* NVFP4 block scales */
-  float s;                     /* FP8 weight_scale / NVFP4 weight_scale_2 */
-};
-
-struct mtpq_drafter {
-  struct mtpq_repo *target, *drafter;
-  struct mtpq_model_config cfg;
-  int64_t H, Nq, Nkv, D, E, topk, rot;
-  float eps, theta;
-  int norm_topk, moe;
-  float *nrm[7]; /* pre_e, pre_h, in, post, q, k, final */
-  struct lin fc, q, k, v, o, router, seg, sg, su, sd;
-  struct lin *eg, *eu, *ed;
-  const unsigned char *embed; /* BF16 [V, H] */
-  int64_t embed_rows;
-  struct lin head;
-  int reduced;
-  int64_t *ids, full_vocab;
-};
 
 static float e4m3_lut[256];
 
@@ -287,10 +263,12 @@ struct mtpq_session {
   float *kc, *vc; /* [max_pos, Nkv*D] */
   /* scratch: e c x0 a qg kk vv att y y2 m t1 sc g1 u1 pr */
   float *v[N_SCRATCH];
+  void *gpu; /* MTPQ_BACKEND_CUDA: the device session */
 };
 
 void mtpq_session_close(struct mtpq_session *s) {
   if (!s) return;
+  mtpq__cuda_session_close(s->gpu);
   free(s->kc);
   free(s->vc);
   for (int i = 0; i < N_SCRATCH; i++) free(s->v[i]);
@@ -300,11 +278,18 @@ void mtpq_session_close(struct mtpq_session *s) {
 enum mtpq_status mtpq_session_open(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos,
                                    int window, struct mtpq_session **out, struct mtpq_err *err) {
   *out = NULL;
-  if (be != MTPQ_BACKEND_CPU)
-    return mtpq_err_set(err, MTPQ_E_NO_GPU, "the CUDA drafter backend is not built yet");
   struct mtpq_session *s = calloc(1, sizeof *s);
   if (!s) return mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
   s->d = d, s->max_pos = max_pos, s->window = window;
+  if (be == MTPQ_BACKEND_CUDA) {
+    enum mtpq_status st = mtpq__cuda_session_open(d, max_pos, window, &s->gpu, err);
+    if (st) {
+      free(s);
+      return st;
+    }
+    *out = s;
+    return MTPQ_OK;
+  }
   size_t kv = (size_t)(max_pos * d->Nkv * d->D);
   int64_t inter = d->sg.rows;
   if (d->moe && d->eg[0].rows > inter) inter = d->eg[0].rows;
@@ -391,6 +376,11 @@ int64_t mtpq__session_hidden(const struct mtpq_session *s) { return s->d->H; }
 
 void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits) {
   struct mtpq_drafter *d = s->d;
+  if (s->gpu) {
+    struct mtpq_err e;
+    if (mtpq__cuda_head(s->gpu, hidden, out_token, out_logits, &e) != MTPQ_OK) *out_token = -1;
+    return;
+  }
   if (!d->reduced) {
     *out_token = (int32_t)head_argmax(&d->head, hidden, out_logits);
     return;
@@ -408,6 +398,7 @@ void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out
 enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t *tokens,
                                    const void *hidden, int hidden_bf16, const int64_t *positions,
                                    float *out_hidden, struct mtpq_err *err) {
+  if (s->gpu) return mtpq__cuda_step(s->gpu, n, tokens, hidden, hidden_bf16, positions, out_hidden, err);
   struct mtpq_drafter *d = s->d;
   int64_t H = d->H, D = d->D, Nq = d->Nq, Nkv = d->Nkv, KV = Nkv * D;
   float *e = s->v[0], *c = s->v[1], *x0 = s->v[2], *a = s->v[3], *qg = s->v[4], *kk = s->v[5],

@@ -1,0 +1,23 @@
+/* CUDA backend entry points of the drafter runtime (internal to kernels/;
+ * reached through mtpq_session_* with MTPQ_BACKEND_CUDA). Without a CUDA
+ * build they return MTPQ_E_NO_GPU (kernels/gpu_stub.c). */
+#ifndef MTPQ_KERNELS_RUNTIME_CUDA_H
+#define MTPQ_KERNELS_RUNTIME_CUDA_H
+
+#include "kernels/runtime_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window, void **out,
+                                         struct mtpq_err *err);
+void mtpq__cuda_session_close(void *g);
+enum mtpq_status mtpq__cuda_step(void *g, int n, const int32_t *tokens, const void *hidden, int hidden_bf16,
+                                 const int64_t *positions, float *out_hidden, struct mtpq_err *err);
+enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, float *logits, struct mtpq_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
