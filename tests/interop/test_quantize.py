@@ -243,7 +243,15 @@ with tempfile.TemporaryDirectory() as tmp:
         kout = os.path.join(tmp, "killed")
         proc = subprocess.Popen([MTPQ, "quantize", big, "--vocab", ids, "--out", kout, "-j", "1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(0.4)
+        # Signal only once the temporary directory exists, so the kill lands
+        # mid-write on any machine speed (a fixed sleep raced on loaded CI).
+        deadline = time.time() + 30
+        while time.time() < deadline and proc.poll() is None:
+            if any(f.startswith(".killed.mtpq-tmp") for f in os.listdir(tmp)):
+                break
+            time.sleep(0.005)
+        time.sleep(0.05)
+        check(proc.poll() is None, f"{sig.name}: quantize finished before it could be killed; enlarge the fixture")
         proc.send_signal(sig)
         proc.wait()
         check(not os.path.exists(kout), f"{sig.name}: output directory exists after the kill (rc {proc.returncode})")
