@@ -78,6 +78,11 @@ extern const struct cli_opt inspect_opts[];
 int cmd_verify(int argc, char **argv);
 extern const struct cli_opt verify_opts[];
 int cmd_bench_quant(int argc, char **argv);
+int cmd_bench_step(int argc, char **argv);
+extern const struct cli_opt bench_step_opts[];
+/* --backend auto|cpu|cuda (cli/cmd_bench_step.c); 0 or an exit code. */
+enum mtpq_backend;
+int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be);
 extern const struct cli_opt bench_accept_opts[];
 int cmd_bench_accept(int argc, char **argv);
 extern const struct cli_opt quantize_opts[];

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "io/safetensors.h"
 #include "kernels/replay.h"
+#include "kernels/runtime.h"
 
 const struct cli_opt bench_accept_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
@@ -17,6 +18,7 @@ const struct cli_opt bench_accept_opts[] = {
     {"draft-window", 0, OPT_UINT, 0, "N", "sliding window of the draft attention (0 = full)"},
     {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
+    {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -111,6 +113,12 @@ int cmd_bench_accept(int argc, char **argv) {
     mtpq_st_close(tf);
     return cli_usage_error(cmd, "-k must be 1..%d", MTPQ_MAX_K);
   }
+  enum mtpq_backend be;
+  int brc = cli_backend(cmd, cli_str(bench_accept_opts, &a, "backend"), &be);
+  if (brc) {
+    mtpq_st_close(tf);
+    return brc;
+  }
   static struct result res[MAX_DRAFTERS];
   memset(res, 0, sizeof res);
   int nr = 1 + a.set[idr], rc = 0;
@@ -157,7 +165,7 @@ int cmd_bench_accept(int argc, char **argv) {
       if (!rc && di == r->ndom && r->ndom < MAX_DOMAINS) snprintf(r->dom[r->ndom++], 64, "%s", dom);
       struct mtpq_session *s = NULL;
       struct mtpq_accept_stats one = {0};
-      if (!rc) st = mtpq_session_open(dr, MTPQ_BACKEND_CPU, tt->shape[0], window, &s, &err);
+      if (!rc) st = mtpq_session_open(dr, be, tt->shape[0], window, &s, &err);
       if (!rc && !st) st = mtpq_replay_trace(s, xc, hh->data, tt->shape[0], P, k, &one, &err);
       if (!rc && st) rc = cli_fail(st, &err);
       if (!rc && di < MAX_DOMAINS) {
@@ -181,6 +189,7 @@ int cmd_bench_accept(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "k", k);
     cJSON_AddNumberToObject(o, "prompt_len", (double)P);
     cJSON_AddStringToObject(o, "traces", traces);
+    cJSON_AddStringToObject(o, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
     cJSON *arr = cJSON_AddArrayToObject(o, "drafters");
     for (int d = 0; d < nr; d++) {
       cJSON *x = cJSON_CreateObject();
@@ -197,7 +206,8 @@ int cmd_bench_accept(int argc, char **argv) {
     cJSON_Delete(o);
     return 0;
   }
-  printf("bench-acceptance: k = %d, prompt %lld tokens, greedy replay of %s\n", k, (long long)P, traces);
+  printf("bench-acceptance: k = %d, prompt %lld tokens, %s backend, greedy replay of %s\n", k, (long long)P,
+         be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", traces);
   printf("%-16s %-34s %7s %7s", "domain", "drafter", "drafts", "MAL");
   for (int i = 0; i < k; i++) printf("  cond%-3d", i + 1);
   for (int i = 0; i < k; i++) printf("  pos%-4d", i + 1);

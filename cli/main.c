@@ -41,9 +41,17 @@ static const struct cli_cmd commands[] = {
     {"bench-acceptance", "draft acceptance: stock vs quantized drafters on target traces",
      "--target DIR [--drafter DIR]... --traces FILE [-k N] [options]", bench_accept_opts, cmd_bench_accept,
      "Replays the greedy draft/verify loop over recorded target traces (tokens +\n"
-     "final-norm hidden states) with the embedded runtime (CPU reference backend):\n"
+     "final-norm hidden states) with the embedded runtime (--backend, default auto):\n"
      "per-position acceptance, mean acceptance length, drafts, per domain (the\n"
      "trace-name prefix before the first dot) and overall; stock first.\n"},
+    {"bench-step", "draft-step latency: stock vs quantized drafters vs the HBM floor (table)",
+     "--target DIR [--drafter DIR]... [--context N]... [options]", bench_step_opts, cmd_bench_step,
+     "Times one batch-1 draft step (drafter forward + head argmax) after filling\n"
+     "the drafter's KV cache with N pseudo-random positions, and prints the\n"
+     "median microseconds, the bytes the step reads, achieved GB/s and % of the\n"
+     "HBM bandwidth, the floor bytes/bandwidth and the speedup over stock. With\n"
+     "--target-step-ms and --mal it estimates decode tokens/s as\n"
+     "MAL / (target step + k x draft step). Batch 1 only so far.\n"},
     {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]",
      bench_quant_opts, cmd_bench_quant,
      "Times NVFP4 and FP8 quantization of a BF16 matrix on 1 thread, all\n"

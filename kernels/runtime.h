@@ -44,6 +44,10 @@ int64_t mtpq_drafter_vocab(const struct mtpq_drafter *d); /* head rows of the fu
 /* 1 when the head is a reduced draft head. */
 int mtpq_drafter_reduced_head(const struct mtpq_drafter *d);
 
+/* Bytes a batch-1 step reads at `context` cached positions: every dense
+ * linear, top-k experts, the head, one embedding row, and the K/V cache at
+ * kv_elem_bytes per element (4: both backends cache float32). */
+int64_t mtpq_drafter_step_bytes(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes);
 /* Backends. */
 enum mtpq_backend { MTPQ_BACKEND_CPU, MTPQ_BACKEND_CUDA };
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""bench-step on the tiny model (CPU backend): the bytes-read column must
+equal a count made here from the safetensors headers and config.json (every
+mtp.* linear except norms and experts, top-k experts, the head, one
+embedding row, float32 K/V of context+1 positions); rows for every context
+and drafter; the estimate line follows its formula; bad options refused.
+Usage: test_bench_step.py MTPQ TESTDATA
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+MTPQ, TESTDATA = sys.argv[1:3]
+M = os.path.join(TESTDATA, "tiny-qwen3next", "model")
+failures = []
+
+
+def check(c, m):
+    if not c:
+        failures.append(m)
+
+
+def sizes(repo):
+    out = {}
+    for f in os.listdir(repo):
+        if f.endswith(".safetensors"):
+            with open(os.path.join(repo, f), "rb") as fp:
+                n = struct.unpack("<Q", fp.read(8))[0]
+                h = json.loads(fp.read(n))
+            for k, v in h.items():
+                if k != "__metadata__":
+                    out[k] = v["data_offsets"][1] - v["data_offsets"][0]
+    return out
+
+
+cfg = json.load(open(os.path.join(M, "config.json")))
+H, nkv, D, topk = cfg["hidden_size"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_experts_per_tok"]
+sz = sizes(M)
+dense = sum(v for k, v in sz.items() if k.startswith("mtp.") and "norm" not in k and ".experts." not in k)
+expert = sum(v for k, v in sz.items() if k.startswith("mtp.") and ".experts.0." in k)
+head = sz["lm_head.weight"] if "lm_head.weight" in sz else sz["model.embed_tokens.weight"]
+
+
+def expect(ctx):
+    return dense + topk * expert + head + 2 * H + (ctx + 1) * 2 * nkv * D * 4
+
+
+ctxs = (16, 100)
+p = subprocess.run([MTPQ, "bench-step", "--target", M, "--backend", "cpu", "--iters", "3",
+                    "--context", str(ctxs[0]), "--context", str(ctxs[1]), "--target-step-ms", "20", "--mal", "2.5"],
+                   capture_output=True, text=True)
+check(p.returncode == 0, f"bench-step rc {p.returncode}: {p.stderr}")
+rows = [l.split() for l in p.stdout.splitlines() if l.startswith("stock")]
+check(len(rows) == 2, f"expected 2 stock rows, got {p.stdout}")
+for ctx, r in zip(ctxs, rows):
+    # "stock (target mtp.*) CTX US MB GBS PCT FLOOR SPEEDUP"
+    got_ctx, us, mb = int(r[3]), float(r[4]), float(r[5])
+    check(got_ctx == ctx, f"context {got_ctx} != {ctx}")
+    check(abs(mb - expect(ctx) / 1e6) < 0.006, f"context {ctx}: {mb} MB read, expected {expect(ctx) / 1e6:.4f}")
+    check(us > 0, f"context {ctx}: {us} us")
+est = [l for l in p.stdout.splitlines() if "est. decode" in l]
+check(len(est) == 2, f"expected 2 estimate lines: {p.stdout}")
+for l, r in zip(est, rows):
+    tps = float(l.split("est. decode")[1].split()[0])
+    want = 2.5 * 1e3 / (20 + 3 * float(r[4]) / 1e3)
+    check(abs(tps - want) < 0.1 + 1e-3 * want, f"estimate {tps} != {want:.1f}")
+for bad, rc in ((["--backend", "tpu"], 2), (["--target-step-ms", "5"], 2), (["--iters", "0"], 2)):
+    p = subprocess.run([MTPQ, "bench-step", "--target", M, *bad], capture_output=True, text=True)
+    check(p.returncode == rc and "bench-step" in p.stderr, f"{bad}: rc {p.returncode} {p.stderr.strip()}")
+if failures:
+    for m in failures:
+        print("FAIL:", m)
+    sys.exit(1)
+print("bench-step: all checks passed")
