@@ -44,6 +44,15 @@ static const struct cli_cmd commands[] = {
      "final-norm hidden states) with the embedded runtime (--backend, default auto):\n"
      "per-position acceptance, mean acceptance length, drafts, per domain (the\n"
      "trace-name prefix before the first dot) and overall; stock first.\n"},
+    {"download", "fetch a Hub repo into the huggingface_hub cache", "REPO [--revision R] [--include GLOB]...",
+     download_opts, cmd_download,
+     "Resolves the revision to a commit, lists the tree and fetches the selected\n"
+     "files into $HF_HUB_CACHE (blobs/, snapshots/<commit>/ with relative links,\n"
+     "refs/, .locks/) so huggingface_hub finds them offline. Partial blobs\n"
+     "(blobs/<etag>.incomplete) resume with Range; LFS files are checked against\n"
+     "their sha256, others against their git blob sha1. Retries cut connections,\n"
+     "408, 429 (Retry-After / RateLimit honoured) and 5xx. The token (HF_TOKEN,\n"
+     "$HF_HOME/token) goes only to HF_ENDPOINT's origin. Prints the snapshot dir.\n"},
     {"bench-step", "draft-step latency: stock vs quantized drafters vs the HBM floor (table)",
      "--target DIR [--drafter DIR]... [--context N]... [options]", bench_step_opts, cmd_bench_step,
      "Times one batch-1 draft step (drafter forward + head argmax) after filling\n"

@@ -1,0 +1,40 @@
+/* libcurl requests for hub/ (internal). One request per call; redirects
+ * are followed by hand so the token goes only to the endpoint's origin
+ * (scheme, host and port), never to a CDN or object store. */
+#ifndef MTPQ_HUB_HTTP_H
+#define MTPQ_HUB_HTTP_H
+#include <stdint.h>
+#include <stdio.h>
+#include "hub/hub.h"
+
+#define HUB_NO_RANGE UINT64_MAX
+
+struct hub_resp {
+  long status;
+  char *body; /* response body (NUL-terminated) unless it went to the sink */
+  size_t len;
+  char url[2048];       /* the URL that answered (after redirects) */
+  char commit[64];      /* X-Repo-Commit */
+  char etag[160];       /* X-Linked-Etag, else ETag, normalised */
+  char link_next[2048]; /* Link rel="next" */
+  char err_code[64];    /* X-Error-Code */
+  char err_msg[256];    /* X-Error-Message */
+  double retry_after;   /* Retry-After or RateLimit t=, -1 if none */
+  int restarted;        /* a ranged GET was answered 200: the sink was truncated */
+};
+void hub_resp_free(struct hub_resp *r);
+
+/* One request (following up to 10 redirects). method "GET"/"HEAD"/"POST";
+ * sink NULL: the body goes to r->body. range_from != HUB_NO_RANGE sends
+ * Range: bytes=N- and, on a 200, truncates the sink. Returns MTPQ_OK with
+ * r->status set, or E_NET when no HTTP response came (curl's reason). */
+enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method, const char *url, FILE *sink,
+                             uint64_t range_from, struct hub_resp *r, struct mtpq_err *err);
+/* GET with retries on network errors, 408, 429 and 5xx (backoff 1, 2, 4, 8,
+ * 8 x env->backoff_s, Retry-After honoured); other statuses map to E_AUTH
+ * (401, 403) or E_SERVER with the server's message. */
+enum mtpq_status hub_get(const struct mtpq_hub_env *env, const char *url, struct hub_resp *r, struct mtpq_err *err);
+int hub_retryable(long status);
+void hub_sleep(double s);
+enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, struct mtpq_err *err);
+#endif

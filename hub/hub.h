@@ -1,0 +1,49 @@
+/* Hugging Face Hub client: environment, revision resolution and download
+ * into the huggingface_hub cache layout (../shared/docs/hub-protocol.md).
+ * Owns: hub/env.c (environment), hub/http.c (libcurl, retries, auth
+ * origin rule), hub/download.c (tree listing, blobs, snapshots, refs).
+ * Never prints; progress goes through the callback. */
+#ifndef MTPQ_HUB_HUB_H
+#define MTPQ_HUB_HUB_H
+#include <stdint.h>
+#include "io/status.h"
+
+struct mtpq_hub_env {
+  char endpoint[512]; /* HF_ENDPOINT without trailing '/' */
+  char token[512];    /* HF_TOKEN / HUGGING_FACE_HUB_TOKEN / $HF_TOKEN_PATH; "" if none */
+  char cache[1024];   /* HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, $HF_HOME/hub */
+  int offline;        /* HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE */
+  double timeout_s;   /* HF_HUB_DOWNLOAD_TIMEOUT (default 10) */
+  double backoff_s;   /* first retry wait (1 s; MTPQ_HUB_BACKOFF_S shortens it for tests) */
+};
+enum mtpq_status mtpq_hub_env_load(struct mtpq_hub_env *env, struct mtpq_err *err);
+
+/* Progress: called with the file being fetched and bytes so far / total. */
+typedef void (*mtpq_hub_progress_fn)(void *ud, const char *path, uint64_t done, uint64_t total);
+
+struct mtpq_download_opts {
+  const char *repo;     /* "org/name" */
+  const char *revision; /* branch, tag or commit; NULL = "main" */
+  const char *const *include; /* fnmatch globs; none = every file */
+  int ninclude;
+  mtpq_hub_progress_fn progress;
+  void *progress_ud;
+};
+
+struct mtpq_download_result {
+  char commit[41];
+  char snapshot[1600]; /* $cache/models--org--name/snapshots/<commit> */
+  int files;           /* files in the snapshot selection */
+  int fetched;         /* of which downloaded now (others were cached) */
+  uint64_t bytes_fetched;
+  uint64_t bytes_total;
+};
+
+/* Resolve the revision to a commit, list the tree, fetch the selected files
+ * into blobs/ (resuming blobs/<etag>.incomplete with Range, checking size and
+ * sha256 for LFS files or the git blob sha1 otherwise), link them under
+ * snapshots/<commit>/ and write refs/<revision>. Offline: serve from the
+ * cache only. */
+enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct mtpq_download_opts *o,
+                                   struct mtpq_download_result *res, struct mtpq_err *err);
+#endif

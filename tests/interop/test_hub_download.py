@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""`mtpq download` against the project's fake Hub (tests/fakehub, loopback).
+
+- faults survived: two 503s on the API, a connection cut mid-body (resumed
+  with Range), a store that ignores Range (the file restarts), a 2-entry
+  tree page size (Link rel="next" pagination);
+- files byte-identical to the source; the token never reaches the store;
+- the cache is the huggingface_hub layout: the official client (PyPI) reads
+  it offline, and mtpq's cache equals the one the official client writes
+  when it downloads the same repo (same blobs, links and refs);
+- a partial blob from an earlier run is resumed (bytes fetched asserted);
+- --include; HF_HUB_OFFLINE; exit codes: bad token 7, missing repo 8,
+  corrupted LFS bytes 8 with nothing left in blobs/, no server 6.
+Usage: test_hub_download.py MTPQ
+"""
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+MTPQ = sys.argv[1]
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKEHUB = os.path.join(HERE, "..", "fakehub", "fakehub.py")
+failures = []
+
+
+def check(c, m):
+    if not c:
+        failures.append(m)
+
+
+try:
+    import huggingface_hub  # noqa: F401
+except ImportError:
+    print("skip: huggingface_hub is not installed")
+    sys.exit(77)
+
+
+def start(src, *extra, log=None):
+    cmd = [sys.executable, FAKEHUB, "--repo", "org/model=" + src, *extra]
+    if log:
+        cmd += ["--log", log]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    ports = json.loads(p.stdout.readline())
+    return p, ports
+
+
+def mtpq(env, *a):
+    return subprocess.run([MTPQ, "download", *a], capture_output=True, text=True, env=env)
+
+
+def tree(root):
+    """path -> (is_link, link target or size) for every entry under root"""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in files:
+            p = os.path.join(d, n)
+            rel = os.path.relpath(p, root)
+            if rel.startswith(".locks") or n == "CACHEDIR.TAG" or rel.startswith("models--org--model/trees") \
+                    or rel.startswith("models--org--model/.no_exist"):
+                continue
+            out[rel] = ("link", os.readlink(p)) if os.path.islink(p) else ("file", os.path.getsize(p))
+    return out
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    src = os.path.join(tmp, "src")
+    os.makedirs(os.path.join(src, "sub", "dir"))
+    files = {"config.json": b'{"model_type": "qwen3_next"}\n', "sub/dir/notes.txt": b"hello\n",
+             "model.safetensors": os.urandom(300_000), "big.bin": os.urandom(2_000_000)}
+    for k, v in files.items():
+        open(os.path.join(src, k), "wb").write(v)
+    log = os.path.join(tmp, "hub.log")
+    srv, ports = start(src, "--token", "hf_secret", "--api-503", "2", "--cut", "1", "--ignore-range", "1",
+                       "--page-size", "2", log=log)
+    try:
+        base = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_secret",
+                    MTPQ_HUB_BACKOFF_S="0.01", HF_HUB_DISABLE_XET="1")
+        base.pop("HF_HUB_OFFLINE", None)
+        cache = os.path.join(tmp, "cache")
+        env = dict(base, HF_HUB_CACHE=cache)
+        p = mtpq(env, "org/model", "--json")
+        check(p.returncode == 0, f"download rc {p.returncode}: {p.stderr}")
+        r = json.loads(p.stdout) if p.returncode == 0 else {}
+        snap = r.get("snapshot", "")
+        for k, v in files.items():
+            q = os.path.join(snap, k)
+            check(os.path.islink(q) and open(q, "rb").read() == v, f"{k}: not a link to identical bytes")
+        check(r.get("files") == 4 and r.get("fetched") == 4, f"files/fetched: {r}")
+        reqs = [json.loads(l) for l in open(log)]
+        check(not any(x["auth"] for x in reqs if x["server"] == "store"), "the token was sent to the object store")
+        check(sum(1 for x in reqs if x["status"] == 503) == 2, "the two 503s were not retried")
+        check(any(x["status"] == "cut" for x in reqs), "no cut connection was injected")
+        check(any(x["server"] == "store" and x["range"] and x["status"] == 206 for x in reqs) or
+              any(x["server"] == "store" and x["range"] and x["status"] == 200 for x in reqs),
+              "the cut download was not resumed with Range")
+        check(not any(n.endswith(".incomplete") for n in os.listdir(os.path.join(cache, "models--org--model", "blobs"))),
+              "an .incomplete file remains")
+        # a rerun fetches nothing
+        p = mtpq(env, "org/model", "--json")
+        check(p.returncode == 0 and json.loads(p.stdout)["fetched"] == 0, f"rerun fetched again: {p.stdout} {p.stderr}")
+        # the official client reads mtpq's cache offline
+        code = ("import sys; from huggingface_hub import snapshot_download, hf_hub_download; "
+                "print(snapshot_download('org/model', cache_dir=sys.argv[1])); "
+                "print(hf_hub_download('org/model', 'sub/dir/notes.txt', cache_dir=sys.argv[1]))")
+        o = subprocess.run([sys.executable, "-c", code, cache], capture_output=True, text=True,
+                           env=dict(base, HF_HUB_OFFLINE="1"))
+        check(o.returncode == 0 and o.stdout.split("\n")[0] == snap, f"huggingface_hub offline: {o.stdout} {o.stderr}")
+        # the official client's own cache of the same repo has the same blobs, links and refs
+        ocache = os.path.join(tmp, "official")
+        o = subprocess.run([sys.executable, "-c", "import sys; from huggingface_hub import snapshot_download; "
+                            "print(snapshot_download('org/model', cache_dir=sys.argv[1]))", ocache],
+                           capture_output=True, text=True, env=base)
+        check(o.returncode == 0, f"official download from the fake hub: {o.stderr[-2000:]}")
+        if o.returncode == 0:
+            a, b = tree(cache), tree(ocache)
+            check(len(a) == 9 and a == b, f"cache layouts differ:\n mtpq {sorted(a.items())}\n hfh  {sorted(b.items())}")
+        # --include only
+        c2 = os.path.join(tmp, "c2")
+        p = mtpq(dict(base, HF_HUB_CACHE=c2), "org/model", "--include", "*.json", "--include", "sub/*", "--json")
+        r2 = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(r2.get("files") == 2 and sorted(os.listdir(r2.get("snapshot", tmp))) == ["config.json", "sub"],
+              f"--include: {p.stdout} {p.stderr}")
+        # resume a partial blob left by an earlier run
+        c3 = os.path.join(tmp, "c3")
+        import hashlib
+        sha = hashlib.sha256(files["big.bin"]).hexdigest()
+        blobs = os.path.join(c3, "models--org--model", "blobs")
+        os.makedirs(blobs)
+        open(os.path.join(blobs, sha + ".incomplete"), "wb").write(files["big.bin"][:1_500_000])
+        p = mtpq(dict(base, HF_HUB_CACHE=c3), "org/model", "--include", "big.bin", "--json")
+        r3 = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(r3.get("bytes_fetched") == 500_000, f"resume fetched {r3.get('bytes_fetched')} bytes, expected 500000")
+        check(open(os.path.join(r3.get("snapshot", tmp), "big.bin"), "rb").read() == files["big.bin"]
+              if r3 else False, "resumed file differs")
+        # offline: served from the cache, no request
+        p = mtpq(dict(env, HF_HUB_OFFLINE="1"), "org/model")
+        check(p.returncode == 0 and p.stdout.strip() == snap, f"offline: {p.returncode} {p.stdout} {p.stderr}")
+        p = mtpq(dict(base, HF_HUB_CACHE=os.path.join(tmp, "empty"), HF_HUB_OFFLINE="1"), "org/model")
+        check(p.returncode == 6 and "HF_HUB_OFFLINE" in p.stderr, f"offline, not cached: {p.returncode} {p.stderr}")
+        # the token from $HF_HOME/token (whitespace trimmed) when HF_TOKEN is unset
+        home = os.path.join(tmp, "hfhome")
+        os.makedirs(home)
+        open(os.path.join(home, "token"), "w").write("  hf_secret\n")
+        tenv = {k: v for k, v in base.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH")}
+        p = mtpq(dict(tenv, HF_HOME=home), "org/model", "--include", "config.json")
+        check(p.returncode == 0 and p.stdout.startswith(os.path.join(home, "hub")), f"token file: {p.returncode} {p.stderr}")
+        # errors: bad token (auth, 7; never echoed), missing repo (server, 8)
+        p = mtpq(dict(base, HF_TOKEN="hf_wrong", HF_HUB_CACHE=os.path.join(tmp, "c4")), "org/model")
+        check(p.returncode == 7 and "hf_wrong" not in p.stderr, f"bad token: {p.returncode} {p.stderr}")
+        p = mtpq(dict(base, HF_HUB_CACHE=os.path.join(tmp, "c4")), "org/missing")
+        check(p.returncode == 8 and "RepoNotFound" in p.stderr, f"missing repo: {p.returncode} {p.stderr}")
+        p = mtpq(dict(base, HF_HUB_CACHE=os.path.join(tmp, "c4")), "not-a-repo-id")
+        check(p.returncode == 2, f"bad repo id: {p.returncode} {p.stderr}")
+    finally:
+        srv.kill()
+        srv.wait()
+    # corrupted LFS bytes: refused, nothing left in blobs/
+    srv, ports = start(src, "--corrupt", "model.safetensors")
+    try:
+        c5 = os.path.join(tmp, "c5")
+        p = mtpq(dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_HUB_CACHE=c5,
+                      MTPQ_HUB_BACKOFF_S="0.01"), "org/model", "--include", "model.safetensors")
+        check(p.returncode == 8 and "sha256" in p.stderr, f"corrupt: {p.returncode} {p.stderr}")
+        bd = os.path.join(c5, "models--org--model", "blobs")
+        check(not os.path.isdir(bd) or os.listdir(bd) == [], f"corrupt: blobs/ holds {os.listdir(bd)}")
+    finally:
+        srv.kill()
+        srv.wait()
+    port = ports["hub"]  # the server is gone: connection refused
+    p = mtpq(dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=os.path.join(tmp, "c6"),
+                  MTPQ_HUB_BACKOFF_S="0.001"), "org/model")
+    check(p.returncode == 6, f"no server: {p.returncode} {p.stderr}")
+
+if failures:
+    for m in failures:
+        print("FAIL:", m)
+    sys.exit(1)
+print("hub download: all checks passed")
