@@ -220,6 +220,7 @@ enum mtpq_status hub_get(const struct mtpq_hub_env *env, const char *url, struct
     int retry = (st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(r->status));
     if (!retry || attempt == 5) {
       if (!st && r->status >= 400) st = hub_status_error(r, url, err);
+      if (st) hub_resp_free(r); /* callers own r only on success */
       return st;
     }
     double w = r->retry_after >= 0 ? (r->retry_after + 1) : waits[attempt];
