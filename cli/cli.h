@@ -24,6 +24,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* Human-readable byte count ("43.8 MB") into buf. */
 const char *cli_bytes(unsigned long long n, char *buf, size_t cap);
 
+/* ---- timing (cli/timing.c) ---- */
+double cli_now_s(void); /* CLOCK_MONOTONIC seconds */
+double cli_median(double *t, int n); /* sorts t */
+
 /* ---- options (cli/opts.c) ---- */
 enum cli_opt_kind { OPT_FLAG, OPT_STR, OPT_UINT, OPT_REAL };
 #define OPT_MULTI 1 /* may be given several times */

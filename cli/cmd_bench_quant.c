@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -22,17 +21,6 @@ const struct cli_opt bench_quant_opts[] = {
     {"json", 0, OPT_FLAG, 0, NULL, "print JSON rows instead of a table"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static int same(const struct mtpq_qtensor *a, const struct mtpq_qtensor *b) {
   return a->data_bytes == b->data_bytes && memcmp(a->data, b->data, a->data_bytes) == 0 &&
@@ -96,9 +84,9 @@ int cmd_bench_quant(int argc, char **argv) {
       struct mtpq_qtensor q = {0};
       int eq = 1;
       for (int it = 0; it < iters && !rc; it++) {
-        double t0 = now_s();
+        double t0 = cli_now_s();
         enum mtpq_status st = mtpq_quantize(f, x, rows, cols, &o, &q, &err);
-        ts[it] = now_s() - t0;
+        ts[it] = cli_now_s() - t0;
         if (st) rc = cli_fail(st, &err);
         else if (!ref.data) ref = q, q = (struct mtpq_qtensor){0};
         else {
@@ -106,9 +94,8 @@ int cmd_bench_quant(int argc, char **argv) {
           mtpq_qtensor_free(&q);
         }
       }
-      qsort(ts, (size_t)iters, sizeof *ts, cmp_d);
-      out[nrow++] = (struct row){mtpq_format_get(f)->name, "cpu", tcfg[k], ts[iters / 2],
-                                 (double)n * 2 / ts[iters / 2] / 1e9, eq};
+      double med = cli_median(ts, iters);
+      out[nrow++] = (struct row){mtpq_format_get(f)->name, "cpu", tcfg[k], med, (double)n * 2 / med / 1e9, eq};
       free(ts);
     }
     if (gpu && !rc) {

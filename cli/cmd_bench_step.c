@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "kernels/gpu_quant.h"
@@ -45,17 +44,6 @@ int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be) {
   return cli_usage_error(cmd, "--backend must be auto, cpu or cuda, not '%s'", name);
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Fill positions [0, ctx) with pseudo-random tokens and hidden states, then
  * time `iters` steps at position ctx (each rewrites that KV entry, so every
  * timed step attends over ctx + 1 positions). Returns the median seconds. */
@@ -88,14 +76,13 @@ static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, 
   int32_t next = 0;
   int64_t p = ctx;
   for (int i = -5; i < iters && !st; i++) { /* 5 untimed warm-up steps */
-    double t0 = now_s();
+    double t0 = cli_now_s();
     st = mtpq_session_step(s, 1, &next, h, 0, &p, out, err);
     if (!st) mtpq_session_head(s, out, &next, NULL);
-    if (i >= 0) t[i] = now_s() - t0;
+    if (i >= 0) t[i] = cli_now_s() - t0;
   }
   if (!st) {
-    qsort(t, (size_t)iters, sizeof *t, cmp_d);
-    *median = t[iters / 2];
+    *median = cli_median(t, iters);
   }
   free(h);
   free(out);

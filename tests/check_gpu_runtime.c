@@ -98,7 +98,6 @@ int main(void) {
     printf("skip: %s\n", err.msg);
     return 77;
   }
-  /* a quantized drafter of the tiny model: ids every 2nd id below 151669 */
   /* not tu_scratch(): check's assertions report to the runner even when
    * they pass, so none may run before srunner_run_all in CK_NOFORK mode */
   const char *base = getenv("TMPDIR");
@@ -109,6 +108,7 @@ int main(void) {
     return 1;
   }
   qdir = tu_path(dir, "q");
+  /* a quantized drafter of the tiny model: ids every 2nd id below 151669 */
   char *ids = tu_path(dir, "ids.safetensors");
   struct mtpq_st_writer *w = NULL;
   int64_t n = 75834, shape[1] = {75834};
