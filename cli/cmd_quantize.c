@@ -5,7 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "cli/cli.h"
+#include "hub/hub.h"
 #include "quant/drafter.h"
 
 const struct cli_opt quantize_opts[] = {
@@ -21,6 +24,7 @@ const struct cli_opt quantize_opts[] = {
     {"json", 0, OPT_FLAG, 0, NULL, "print a JSON summary"},
     {"threads", 'j', OPT_UINT, 0, "N", "CPU threads (default: all cores)"},
     {"max-shard-size", 0, OPT_UINT, 0, "BYTES", "shard model.safetensors above this (default 5 GiB)"},
+    {"revision", 0, OPT_STR, 0, "REV", "with a Hub TARGET (org/name): branch, tag or commit (default main)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -33,6 +37,35 @@ static void progress(void *ctx, size_t done, size_t total, const char *name) {
   (void)ctx;
   if (cli_verbosity >= 1 && isatty(2) && (done % 64 == 0 || done + 1 == total))
     fprintf(stderr, "\rmtpq: quantizing %zu/%zu %-60.60s", done + 1, total, name);
+}
+
+/* The tensors a drafter is made from: mtp.*, the embedding and head, and the
+ * (tiny) input scales the expert input_scale default is derived from. */
+static int drafter_wants(const char *name) {
+  size_t n = strlen(name);
+  return strncmp(name, "mtp.", 4) == 0 || strncmp(name, "lm_head.", 8) == 0 || strstr(name, "embed_tokens.") ||
+         (n > 11 && strcmp(name + n - 11, "input_scale") == 0);
+}
+
+/* TARGET is a local directory, or a Hub repo id fetched tensor by tensor. */
+static int hub_target(const char *cmd, const char *target, const char *rev, char *dir, size_t cap) {
+  struct stat sb;
+  if (stat(target, &sb) == 0 || !strchr(target, '/') || target[0] == '/' || target[0] == '.') {
+    snprintf(dir, cap, "%s", target);
+    return 0;
+  }
+  struct mtpq_err err = {0};
+  struct mtpq_hub_env env;
+  struct mtpq_partial_result r;
+  enum mtpq_status st = mtpq_hub_env_load(&env, &err);
+  if (!st) st = mtpq_hub_fetch_partial(&env, target, rev, drafter_wants, "drafter", &r, &err);
+  if (st) return cli_fail(st, &err);
+  if (cli_verbosity < 1) {
+  } else if (r.cached) fprintf(stderr, "mtpq: %s: %s@%s tensors already fetched (%s)\n", cmd, target, r.commit, r.dir);
+  else fprintf(stderr, "mtpq: %s: fetched %d tensors from %d shards of %s@%s: %.1f MB of the repo's %.1f MB\n", cmd, r.tensors,
+                r.shards, target, r.commit, (double)r.bytes_fetched / 1e6, (double)r.repo_bytes / 1e6);
+  snprintf(dir, cap, "%s", r.dir);
+  return 0;
 }
 
 static const char *kind_name(enum mtpq_item_kind k) {
@@ -51,10 +84,13 @@ int cmd_quantize(int argc, char **argv) {
   if (cli_parse(cmd, quantize_opts, argc, argv, &a, &help)) return MTPQ_EXIT_USAGE;
   if (a.npos != 1) return cli_usage_error(cmd, "quantize needs exactly one TARGET");
   struct mtpq_drafter_params p = mtpq_drafter_default_params();
-  p.target = a.pos[0];
   p.vocab_ids = cli_str(quantize_opts, &a, "vocab");
   p.out = cli_str(quantize_opts, &a, "out");
   if (!p.vocab_ids || !p.out) return cli_usage_error(cmd, "--vocab and --out are required");
+  static char target[2048];
+  int hrc = hub_target(cmd, a.pos[0], cli_str(quantize_opts, &a, "revision"), target, sizeof target);
+  if (hrc) return hrc;
+  p.target = target;
   const char *v;
   if ((v = cli_str(quantize_opts, &a, "expert-input-scale"))) p.expert_input_scale = strtod(v, NULL);
   if ((v = cli_str(quantize_opts, &a, "fp8-input-scale"))) p.fp8_input_scale = strtod(v, NULL);

@@ -15,14 +15,11 @@
 #include <unistd.h>
 
 #include "hub/http.h"
+#include "hub/tree.h"
 
-struct entry {
-  char *path, *etag;
-  uint64_t size;
-  int lfs;
-};
+#define entry hub_entry
 
-static int valid_repo(const char *r) {
+int hub_valid_repo(const char *r) {
   const char *sl = strchr(r, '/');
   if (!sl || sl == r || !sl[1] || strchr(sl + 1, '/') || strlen(r) > 200) return 0;
   for (const char *c = r; *c; c++)
@@ -50,7 +47,7 @@ static int is_hex(const char *s, size_t n) {
   return 1;
 }
 
-static enum mtpq_status mkdirs(const char *path, struct mtpq_err *err) {
+enum mtpq_status hub_mkdirs(const char *path, struct mtpq_err *err) {
   char tmp[2048];
   snprintf(tmp, sizeof tmp, "%s", path);
   for (char *p = tmp + 1; *p; p++) {
@@ -69,7 +66,7 @@ static enum mtpq_status parent_dirs(const char *file, struct mtpq_err *err) {
   char *s = strrchr(d, '/');
   if (!s) return MTPQ_OK;
   *s = 0;
-  return mkdirs(d, err);
+  return hub_mkdirs(d, err);
 }
 
 /* content hash the cache names the blob by: sha256 (LFS) or git's blob sha1 */
@@ -97,7 +94,7 @@ static enum mtpq_status file_digest(const char *path, int lfs, uint64_t size, ch
   return MTPQ_OK;
 }
 
-static char *escape_path(CURL *c, const char *p) {
+char *hub_escape_path(CURL *c, const char *p) {
   size_t cap = strlen(p) * 3 + 1, o = 0;
   char *out = malloc(cap);
   for (const char *s = p; *s;) {
@@ -110,13 +107,13 @@ static char *escape_path(CURL *c, const char *p) {
   return out;
 }
 
-static void free_entries(struct entry *e, int n) {
+void hub_free_entries(struct entry *e, int n) {
   for (int i = 0; i < n; i++) free(e[i].path), free(e[i].etag);
   free(e);
 }
 
 /* the tree at commit, following Link rel="next" */
-static enum mtpq_status list_tree(const struct mtpq_hub_env *env, const char *repo, const char *commit,
+enum mtpq_status hub_list_tree(const struct mtpq_hub_env *env, const char *repo, const char *commit,
                                   struct entry **out, int *nout, struct mtpq_err *err) {
   char url[2048];
   snprintf(url, sizeof url, "%s/api/models/%s/tree/%s?recursive=true&expand=false", env->endpoint, repo, commit);
@@ -163,14 +160,14 @@ static enum mtpq_status list_tree(const struct mtpq_hub_env *env, const char *re
     if (page > 100000) st = mtpq_err_set(err, MTPQ_E_SERVER, "tree listing does not end");
   }
   if (st) {
-    free_entries(e, n);
+    hub_free_entries(e, n);
     return st;
   }
   *out = e, *nout = n;
   return MTPQ_OK;
 }
 
-static enum mtpq_status resolve_commit(const struct mtpq_hub_env *env, const char *repo, const char *rev,
+enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *repo, const char *rev,
                                        char *commit, struct mtpq_err *err) {
   if (is_hex(rev, 40)) {
     memcpy(commit, rev, 41);
@@ -248,7 +245,7 @@ static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct 
     have = 0;
   }
   CURL *c = curl_easy_init();
-  char *ep = escape_path(c, e->path);
+  char *ep = hub_escape_path(c, e->path);
   curl_easy_cleanup(c);
   char url[4096];
   snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", env->endpoint, o->repo, commit, ep);
@@ -340,7 +337,7 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
                                    struct mtpq_download_result *res, struct mtpq_err *err) {
   memset(res, 0, sizeof *res);
   const char *rev = o->revision ? o->revision : "main";
-  if (!valid_repo(o->repo))
+  if (!hub_valid_repo(o->repo))
     return mtpq_err_set(err, MTPQ_E_INVAL, "'%s' is not a repo id of the form org/name", o->repo);
   if (!*rev || strstr(rev, "..") || rev[0] == '/' || strlen(rev) > 200)
     return mtpq_err_set(err, MTPQ_E_INVAL, "'%s' is not a valid revision", rev);
@@ -367,11 +364,11 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
       return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set and %s is not cached", res->snapshot);
     return MTPQ_OK;
   }
-  if ((st = resolve_commit(env, o->repo, rev, res->commit, err))) return st;
+  if ((st = hub_resolve_commit(env, o->repo, rev, res->commit, err))) return st;
   snprintf(res->snapshot, sizeof res->snapshot, "%s/snapshots/%s", rdir, res->commit);
   struct entry *e = NULL;
   int n = 0;
-  if ((st = list_tree(env, o->repo, res->commit, &e, &n, err))) return st;
+  if ((st = hub_list_tree(env, o->repo, res->commit, &e, &n, err))) return st;
   for (int i = 0; i < n && !st; i++) {
     if (!selected(o, e[i].path)) continue;
     res->files++;
@@ -384,7 +381,7 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
     if (stat(blob, &sb) != 0) st = fetch_blob(env, o, rdir, res->commit, &e[i], res, err);
     if (!st) st = link_snapshot(rdir, res->commit, &e[i], err);
   }
-  free_entries(e, n);
+  hub_free_entries(e, n);
   if (!st && strcmp(rev, res->commit) != 0) st = write_ref(rdir, rev, res->commit, err);
   return st;
 }

@@ -51,7 +51,7 @@ struct sinkctx {
   CURL *c;
   FILE *sink;
   uint64_t range_from;
-  int decided, to_file;
+  int bounded, refused, decided, to_file;
   struct hub_resp *r;
 };
 
@@ -62,6 +62,10 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
     long code = 0;
     curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
     x->decided = 1;
+    if (x->bounded && code == 200) { /* the whole file instead of a range: stop now */
+      x->refused = 1;
+      return 0;
+    }
     x->to_file = x->sink && (code == 200 || code == 206);
     if (x->to_file && code == 200 && x->range_from != HUB_NO_RANGE && x->range_from > 0) {
       /* the server ignored the Range: start the file over */
@@ -136,8 +140,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   return len;
 }
 
-enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
-                             uint64_t range_from, struct hub_resp *r, struct mtpq_err *err) {
+static enum mtpq_status request(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
+                                uint64_t range_from, uint64_t range_to, struct hub_resp *r, struct mtpq_err *err) {
   memset(r, 0, sizeof *r);
   r->retry_after = -1;
   if (env->offline) return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set: no request to %s", url0);
@@ -157,10 +161,14 @@ enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method,
     hdr = curl_slist_append(hdr, "user-agent: mtpq/0.1 (+libcurl)");
     char range[64];
     if (range_from != HUB_NO_RANGE) {
-      snprintf(range, sizeof range, "range: bytes=%llu-", (unsigned long long)range_from);
+      if (range_to == HUB_NO_RANGE) snprintf(range, sizeof range, "range: bytes=%llu-", (unsigned long long)range_from);
+      else snprintf(range, sizeof range, "range: bytes=%llu-%llu", (unsigned long long)range_from,
+                    (unsigned long long)range_to);
       hdr = curl_slist_append(hdr, range);
     }
-    struct sinkctx x = {c, sink, range_from, 0, 0, r};
+    /* only an open-ended resume may restart the file on a 200 */
+    struct sinkctx x = {c, sink, range_to == HUB_NO_RANGE ? range_from : HUB_NO_RANGE,
+                        range_from != HUB_NO_RANGE && range_to != HUB_NO_RANGE, 0, 0, 0, r};
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
@@ -179,6 +187,10 @@ enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method,
     CURLcode cc = curl_easy_perform(c);
     curl_slist_free_all(hdr);
     snprintf(r->url, sizeof r->url, "%s", url);
+    if (cc == CURLE_WRITE_ERROR && x.refused) {
+      r->status = 200;
+      break;
+    }
     if (cc != CURLE_OK) {
       st = mtpq_err_set(err, MTPQ_E_NET, "%s %s: %s", method, url, curl_easy_strerror(cc));
       break;
@@ -202,6 +214,44 @@ enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method,
   }
   curl_easy_cleanup(c);
   return st;
+}
+
+enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method, const char *url, FILE *sink,
+                             uint64_t range_from, struct hub_resp *r, struct mtpq_err *err) {
+  return request(env, method, url, sink, range_from, HUB_NO_RANGE, r, err);
+}
+
+enum mtpq_status hub_request_range(const struct mtpq_hub_env *env, const char *url, FILE *sink, uint64_t from,
+                                   uint64_t to, struct hub_resp *r, struct mtpq_err *err) {
+  return request(env, "GET", url, sink, from, to, r, err);
+}
+
+enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url, FILE *f, uint64_t from, uint64_t to,
+                                 uint64_t *got, struct mtpq_err *err) {
+  static const double waits[] = {1, 2, 4, 8, 8};
+  uint64_t pos = from;
+  long start = ftell(f);
+  for (int fails = 0; pos <= to;) {
+    struct hub_resp r;
+    enum mtpq_status st = request(env, "GET", url, f, pos, to, &r, err);
+    fflush(f);
+    uint64_t now = (uint64_t)(ftell(f) - start) + from;
+    if (now > pos) fails = 0, *got += now - pos;
+    pos = now;
+    long status = r.status;
+    double ra = r.retry_after;
+    if (!st && status == 200)
+      st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: the server ignored Range: bytes=%llu-%llu (HTTP 200)", url,
+                        (unsigned long long)pos, (unsigned long long)to);
+    else if (!st && status >= 400 && !hub_retryable(status)) st = hub_status_error(&r, url, err);
+    hub_resp_free(&r);
+    if (st && st != MTPQ_E_NET) return st;
+    if (!st && status == 206 && pos > to) return MTPQ_OK;
+    if (++fails > 5)
+      return st ? st : mtpq_err_set(err, MTPQ_E_NET, "%s: gave up after 5 retries (HTTP %ld)", url, status);
+    hub_sleep((ra >= 0 ? ra + 1 : waits[fails - 1]) * env->backoff_s);
+  }
+  return MTPQ_OK;
 }
 
 enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, struct mtpq_err *err) {

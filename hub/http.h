@@ -26,10 +26,18 @@ void hub_resp_free(struct hub_resp *r);
 
 /* One request (following up to 10 redirects). method "GET"/"HEAD"/"POST";
  * sink NULL: the body goes to r->body. range_from != HUB_NO_RANGE sends
- * Range: bytes=N- and, on a 200, truncates the sink. Returns MTPQ_OK with
- * r->status set, or E_NET when no HTTP response came (curl's reason). */
+ * Range: bytes=from-[to] (to == HUB_NO_RANGE: open-ended); a 200 answer to
+ * an open-ended range truncates the sink (the file restarts). Returns
+ * MTPQ_OK with r->status set, or E_NET when no HTTP response came. */
 enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method, const char *url, FILE *sink,
                              uint64_t range_from, struct hub_resp *r, struct mtpq_err *err);
+enum mtpq_status hub_request_range(const struct mtpq_hub_env *env, const char *url, FILE *sink, uint64_t from,
+                                   uint64_t to, struct hub_resp *r, struct mtpq_err *err);
+/* Bytes [from, to] of url appended to f (or into r's body when f is NULL),
+ * retrying cut connections and 408/429/5xx like a download; a 200 (Range
+ * ignored) is refused. *got counts bytes received. */
+enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url, FILE *f, uint64_t from, uint64_t to,
+                                 uint64_t *got, struct mtpq_err *err);
 /* GET with retries on network errors, 408, 429 and 5xx (backoff 1, 2, 4, 8,
  * 8 x env->backoff_s, Retry-After honoured); other statuses map to E_AUTH
  * (401, 403) or E_SERVER with the server's message. */

@@ -1,7 +1,8 @@
 /* Hugging Face Hub client: environment, revision resolution and download
  * into the huggingface_hub cache layout (../shared/docs/hub-protocol.md).
  * Owns: hub/env.c (environment), hub/http.c (libcurl, retries, auth
- * origin rule), hub/download.c (tree listing, blobs, snapshots, refs).
+ * origin rule), hub/download.c (tree listing, blobs, snapshots, refs),
+ * hub/partial.c (tensor byte ranges of safetensors shards).
  * Never prints; progress goes through the callback. */
 #ifndef MTPQ_HUB_HUB_H
 #define MTPQ_HUB_HUB_H
@@ -46,4 +47,25 @@ struct mtpq_download_result {
  * cache only. */
 enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct mtpq_download_opts *o,
                                    struct mtpq_download_result *res, struct mtpq_err *err);
+
+/* Tensor-level partial download: the repo's small files (config, index,
+ * tokenizer) through the cache, then for every *.safetensors shard its
+ * header by Range and only the byte ranges of tensors `want` accepts,
+ * written as a smaller valid shard (same names, offsets re-packed) with the
+ * index's weight_map cut to match, under
+ * $HF_HUB_CACHE/.mtpq-partial/models--org--name/<commit>-<selection>/
+ * (built in a temporary directory, renamed on success; reused when
+ * present). selection names the predicate in the path. */
+typedef int (*mtpq_tensor_want_fn)(const char *name);
+struct mtpq_partial_result {
+  char commit[41];
+  char dir[1700];
+  int cached;              /* the directory existed: nothing was fetched */
+  int shards, tensors;     /* shards and tensors kept */
+  uint64_t bytes_fetched;  /* small files + headers + tensor ranges */
+  uint64_t repo_bytes;     /* every file of the repo at that commit */
+};
+enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const char *repo, const char *revision,
+                                        mtpq_tensor_want_fn want, const char *selection,
+                                        struct mtpq_partial_result *res, struct mtpq_err *err);
 #endif

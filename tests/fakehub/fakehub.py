@@ -63,12 +63,23 @@ def take(kind):
     return False
 
 
-def log(server, h, status):
+def log(server, h, status, nbytes=0):
     if args.log:
         with lock, open(args.log, "a") as f:
             f.write(json.dumps({"server": server, "method": h.command, "path": h.path, "status": status,
                                 "auth": h.headers.get("authorization") is not None,
-                                "range": h.headers.get("range")}) + "\n")
+                                "range": h.headers.get("range"), "bytes": nbytes}) + "\n")
+
+
+def parse_range(rg, size):
+    """bytes=a- or bytes=a-b -> (a, b) inclusive, or None if unsatisfiable/absent"""
+    if not rg or not rg.startswith("bytes="):
+        return None
+    a, _, b = rg[6:].partition("-")
+    a, b = int(a), (int(b) if b else size - 1)
+    if a >= size or b < a:
+        return None
+    return a, min(b, size - 1)
 
 
 class Base(http.server.BaseHTTPRequestHandler):
@@ -78,7 +89,7 @@ class Base(http.server.BaseHTTPRequestHandler):
         pass
 
     def reply(self, status, body=b"", headers=(), server="hub"):
-        log(server, self, status)
+        log(server, self, status, 0 if self.command == "HEAD" else len(body))
         self.send_response(status)
         for k, v in headers:
             self.send_header(k, v)
@@ -153,11 +164,11 @@ class Hub(Base):
                                              ("X-Linked-Etag", '"%s"' % f["sha256"]),
                                              ("X-Linked-Size", str(f["size"])), ("ETag", '"%s"' % f["oid"])])
             data, status, hdr = f["data"], 200, [("X-Repo-Commit", r["commit"]), ("ETag", '"%s"' % f["oid"])]
-            rg = self.headers.get("range")
-            if rg and rg.startswith("bytes=") and rg[6:].endswith("-"):
-                off = int(rg[6:-1])
-                data, status = data[off:], 206
-                hdr.append(("Content-Range", f"bytes {off}-{f['size'] - 1}/{f['size']}"))
+            rng = parse_range(self.headers.get("range"), len(data))
+            if rng:
+                a, b = rng
+                data, status = data[a:b + 1], 206
+                hdr.append(("Content-Range", f"bytes {a}-{b}/{f['size']}"))
             return self.reply(status, data, hdr)
         return self.error(404, "NotFound", f"no route for {u.path}")
 
@@ -169,16 +180,17 @@ class Store(Base):
         if data is None:
             return self.reply(404, b"NoSuchKey", server="store")
         rg = self.headers.get("range")
-        off, status, hdr = 0, 200, []
-        if rg and rg.startswith("bytes=") and rg[6:].endswith("-") and not take("range"):
-            off = int(rg[6:-1])
-            if off >= len(data):
+        a, b, status, hdr = 0, len(data) - 1, 200, []
+        if rg and not take("range"):
+            rng = parse_range(rg, len(data))
+            if not rng:
                 return self.reply(416, b"", [("Content-Range", f"bytes */{len(data)}")], server="store")
+            a, b = rng
             status = 206
-            hdr.append(("Content-Range", f"bytes {off}-{len(data) - 1}/{len(data)}"))
-        body = data[off:]
+            hdr.append(("Content-Range", f"bytes {a}-{b}/{len(data)}"))
+        body = data[a:b + 1]
         if take("cut"):  # promise the whole body, send half, drop the connection
-            log("store", self, "cut")
+            log("store", self, "cut", len(body) // 2)
             self.send_response(status)
             for k, v in hdr:
                 self.send_header(k, v)

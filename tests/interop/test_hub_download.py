@@ -11,16 +11,23 @@
 - a partial blob from an earlier run is resumed (bytes fetched asserted);
 - --include; HF_HUB_OFFLINE; exit codes: bad token 7, missing repo 8,
   corrupted LFS bytes 8 with nothing left in blobs/, no server 6.
-Usage: test_hub_download.py MTPQ
+- `mtpq quantize org/target` from the fake Hub (the tiny model, shards as
+  LFS files) fetches the small files, each shard's header and only the
+  wanted tensors' byte ranges (the byte count is asserted exactly against
+  one made here from the headers) and writes the same repo as a local run;
+  a second run reuses the fetched tensors.
+Usage: test_hub_download.py MTPQ TESTDATA
 """
 import filecmp
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 
-MTPQ = sys.argv[1]
+MTPQ, TESTDATA = sys.argv[1:3]
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKEHUB = os.path.join(HERE, "..", "fakehub", "fakehub.py")
 failures = []
@@ -173,6 +180,68 @@ with tempfile.TemporaryDirectory() as tmp:
     p = mtpq(dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=os.path.join(tmp, "c6"),
                   MTPQ_HUB_BACKOFF_S="0.001"), "org/model")
     check(p.returncode == 6, f"no server: {p.returncode} {p.stderr}")
+
+
+def wants(name):  # the drafter's tensors, as `mtpq quantize` selects them
+    return (name.startswith("mtp.") or name.startswith("lm_head.") or "embed_tokens." in name
+            or name.endswith("input_scale"))
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    model = os.path.join(TESTDATA, "tiny-qwen3next", "model")
+    log = os.path.join(tmp, "hub.log")
+    srv, ports = start(model, "--cut", "1", log=log)
+    try:
+        env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_HUB_CACHE=os.path.join(tmp, "c"),
+                   MTPQ_HUB_BACKOFF_S="0.01")
+        env.pop("HF_TOKEN", None)
+        ids = os.path.join(tmp, "ids")
+        p = subprocess.run([MTPQ, "build-vocab", "--tokenizer", os.path.join(model, "tokenizer.json"), "--counts",
+                            os.path.join(TESTDATA, "tiny-qwen3next", "counts", "code_train.tsv"), "--size", "98304",
+                            "--out", ids], capture_output=True, text=True)
+        check(p.returncode == 0, f"build-vocab: {p.stderr}")
+        q = [MTPQ, "quantize", "--vocab", ids + ".safetensors", "--expert-input-scale", "0.1667"]
+        local, remote = os.path.join(tmp, "local"), os.path.join(tmp, "remote")
+        p = subprocess.run(q + [model, "--out", local], capture_output=True, text=True)
+        check(p.returncode == 0, f"local quantize: {p.stderr}")
+        open(log, "w").close()
+        p = subprocess.run(q + ["org/model", "--out", remote], capture_output=True, text=True, env=env)
+        check(p.returncode == 0 and "fetched" in p.stderr, f"hub quantize: {p.returncode} {p.stderr}")
+        got = sum(json.loads(l)["bytes"] for l in open(log) if json.loads(l)["method"] == "GET"
+                  and "/resolve/" in json.loads(l)["path"] or json.loads(l)["server"] == "store")
+        want, repo = 0, 0
+        small = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "model.safetensors.index.json"}
+        for f in sorted(os.listdir(model)):
+            size = os.path.getsize(os.path.join(model, f))
+            repo += size
+            if f in small:
+                want += size
+            elif f.endswith(".safetensors"):
+                with open(os.path.join(model, f), "rb") as fp:
+                    n = struct.unpack("<Q", fp.read(8))[0]
+                    h = json.loads(fp.read(n))
+                want += 8 + n + sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in h.items()
+                                    if k != "__metadata__" and wants(k))
+        # the cut connection re-sends from where it broke: no byte twice
+        print(f"hub quantize: fetched {got} of {repo} bytes (expected {want})")
+        check(got == want, f"fetched {got} bytes from the fake hub, expected exactly {want} (repo {repo})")
+        check(want < repo, f"nothing saved: {want} of {repo}")
+        p = subprocess.run([MTPQ, "verify-bitexact", local, remote], capture_output=True, text=True)
+        check(p.returncode == 0, f"hub vs local repo: {p.stdout[-500:]} {p.stderr}")
+        for f in sorted(os.listdir(local)):
+            if f.endswith(".safetensors"):
+                check(open(os.path.join(local, f), "rb").read() == open(os.path.join(remote, f), "rb").read(),
+                      f"{f}: hub and local bytes differ")
+        open(log, "w").close()
+        shutil.rmtree(remote)
+        p = subprocess.run(q + ["org/model", "--out", remote], capture_output=True, text=True, env=env)
+        fetched = [json.loads(l) for l in open(log) if json.loads(l)["server"] == "store"]
+        check(p.returncode == 0 and "already fetched" in p.stderr and not fetched,
+              f"second hub quantize: {p.returncode} {p.stderr} {len(fetched)} store requests")
+    finally:
+        srv.kill()
+        srv.wait()
 
 if failures:
     for m in failures:

@@ -1,0 +1,22 @@
+/* Repo listing and cache helpers shared by hub/download.c and
+ * hub/partial.c (internal to hub/). */
+#ifndef MTPQ_HUB_TREE_H
+#define MTPQ_HUB_TREE_H
+#include <curl/curl.h>
+#include <stdint.h>
+#include "hub/hub.h"
+
+struct hub_entry {
+  char *path, *etag; /* etag: the LFS sha256, else the git blob sha1 */
+  uint64_t size;
+  int lfs;
+};
+int hub_valid_repo(const char *repo);
+enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *repo, const char *rev, char *commit,
+                                    struct mtpq_err *err);
+enum mtpq_status hub_list_tree(const struct mtpq_hub_env *env, const char *repo, const char *commit,
+                               struct hub_entry **out, int *nout, struct mtpq_err *err);
+void hub_free_entries(struct hub_entry *e, int n);
+char *hub_escape_path(CURL *c, const char *path); /* percent-encoded, '/' kept; free() it */
+enum mtpq_status hub_mkdirs(const char *path, struct mtpq_err *err);
+#endif
