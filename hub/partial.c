@@ -223,8 +223,10 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
   cJSON_Delete(wmap);
   if (!st && res->shards == 0)
     st = mtpq_err_set(err, MTPQ_E_REPO_EMPTY, "%s@%s: no safetensors shard holds a wanted tensor", repo, res->commit);
-  if (!st && hub_mkdirs(tmp, err) == MTPQ_OK && rename(tmp, res->dir))
-    st = mtpq_err_set(err, MTPQ_E_IO_RENAME, "%s: %s", res->dir, strerror(errno));
+  if (!st && rename(tmp, res->dir)) { /* tmp is a sibling: same parent */
+    if (errno == ENOTEMPTY || errno == EEXIST) nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS); /* another run won */
+    else st = mtpq_err_set(err, MTPQ_E_IO_RENAME, "%s: %s", res->dir, strerror(errno));
+  }
   if (st) nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 out:
   hub_free_entries(e, n);
