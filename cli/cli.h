@@ -84,6 +84,8 @@ extern const struct cli_opt verify_opts[];
 int cmd_bench_quant(int argc, char **argv);
 int cmd_bench_step(int argc, char **argv);
 int cmd_download(int argc, char **argv);
+int cmd_upload(int argc, char **argv);
+extern const struct cli_opt upload_opts[];
 extern const struct cli_opt download_opts[];
 extern const struct cli_opt bench_step_opts[];
 /* --backend auto|cpu|cuda (cli/cmd_bench_step.c); 0 or an exit code. */

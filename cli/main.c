@@ -53,6 +53,14 @@ static const struct cli_cmd commands[] = {
      "their sha256, others against their git blob sha1. Retries cut connections,\n"
      "408, 429 (Retry-After / RateLimit honoured) and 5xx. The token (HF_TOKEN,\n"
      "$HF_HOME/token) goes only to HF_ENDPOINT's origin. Prints the snapshot dir.\n"},
+    {"upload", "publish a folder to the Hub as one commit", "DIR REPO [--private] [--revision B] [-m TEXT]",
+     upload_opts, cmd_upload,
+     "Creates REPO if needed, asks the Hub which files go to LFS (preupload),\n"
+     "sends LFS objects through the batch API (basic or multipart; objects the\n"
+     "server already has are not sent again), then makes one commit on the\n"
+     "branch head read at the start (a moved branch gives 412: rerun). Files\n"
+     "whose remote oid equals the local one are left out; nothing changed means\n"
+     "no commit. Prints the commit URL (--json for pipelines). Needs HF_TOKEN.\n"},
     {"bench-step", "draft-step latency: stock vs quantized drafters vs the HBM floor (table)",
      "--target DIR [--drafter DIR]... [--context N]... [options]", bench_step_opts, cmd_bench_step,
      "Times one batch-1 draft step (drafter forward + head argmax) after filling\n"

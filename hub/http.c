@@ -99,13 +99,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   size_t len = sz * n;
   char tmp[2048];
   if (len > 5 && strncmp(p, "HTTP/", 5) == 0) { /* a new response (redirect hop) */
-    r->etag[0] = r->link_next[0] = r->err_code[0] = r->err_msg[0] = 0;
+    r->etag[0] = r->raw_etag[0] = r->link_next[0] = r->err_code[0] = r->err_msg[0] = 0;
     r->retry_after = -1;
     return len;
   }
 #define H(name) (len > sizeof(name) - 1 && strncasecmp(p, name, sizeof(name) - 1) == 0)
   if (H("x-repo-commit:")) hval(p, len, 14, r->commit, sizeof r->commit);
   else if (H("x-linked-etag:") || (H("etag:") && !r->etag[0])) {
+    if (H("etag:")) hval(p, len, 5, r->raw_etag, sizeof r->raw_etag);
     hval(p, len, H("etag:") ? 5 : 14, tmp, sizeof tmp);
     char *t = tmp;
     if (strncmp(t, "W/", 2) == 0) t += 2;
@@ -140,8 +141,39 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   return len;
 }
 
+struct body {
+  const char *ctype;
+  const unsigned char *mem;
+  FILE *f;
+  uint64_t off, len, pos;
+};
+
+static size_t on_read(char *buf, size_t sz, size_t n, void *ud) {
+  struct body *b = ud;
+  size_t want = sz * n;
+  if (want > b->len - b->pos) want = (size_t)(b->len - b->pos);
+  if (want == 0) return 0;
+  if (b->f) {
+    if (fseek(b->f, (long)(b->off + b->pos), SEEK_SET) || fread(buf, 1, want, b->f) != want) return CURL_READFUNC_ABORT;
+  } else {
+    memcpy(buf, b->mem + b->pos, want);
+  }
+  b->pos += want;
+  return want;
+}
+
+static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0,
+                                     FILE *sink, uint64_t range_from, uint64_t range_to, struct body *body,
+                                     struct hub_resp *r, struct mtpq_err *err);
+
 static enum mtpq_status request(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
                                 uint64_t range_from, uint64_t range_to, struct hub_resp *r, struct mtpq_err *err) {
+  return request_body(env, method, url0, sink, range_from, range_to, NULL, r, err);
+}
+
+static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0,
+                                     FILE *sink, uint64_t range_from, uint64_t range_to, struct body *body,
+                                     struct hub_resp *r, struct mtpq_err *err) {
   memset(r, 0, sizeof *r);
   r->retry_after = -1;
   if (env->offline) return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set: no request to %s", url0);
@@ -182,7 +214,20 @@ static enum mtpq_status request(const struct mtpq_hub_env *env, const char *meth
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-    if (strcmp(method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    char ct[200];
+    if (body) { /* re-sent from its start on every hop and retry */
+      body->pos = 0;
+      if (body->ctype) {
+        snprintf(ct, sizeof ct, "content-type: %s", body->ctype);
+        hdr = curl_slist_append(hdr, ct);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+      }
+      curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body->len);
+      curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+      curl_easy_setopt(c, CURLOPT_READDATA, body);
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method); /* UPLOAD alone means PUT */
+    } else if (strcmp(method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     else if (strcmp(method, "GET") != 0) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     CURLcode cc = curl_easy_perform(c);
     curl_slist_free_all(hdr);
@@ -252,6 +297,25 @@ enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url
     hub_sleep((ra >= 0 ? ra + 1 : waits[fails - 1]) * env->backoff_s);
   }
   return MTPQ_OK;
+}
+
+enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, const char *url, const char *ctype,
+                          const void *mem, FILE *f, uint64_t off, uint64_t len, int retry, struct hub_resp *r,
+                          struct mtpq_err *err) {
+  static const double waits[] = {1, 2, 4, 8, 8};
+  struct body b = {ctype, mem, f, off, len, 0};
+  for (int attempt = 0;; attempt++) {
+    enum mtpq_status st = request_body(env, method, url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, &b, r, err);
+    int again = retry && ((st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(r->status)));
+    if (!again || attempt == 5) {
+      if (!st && r->status >= 400) st = hub_status_error(r, url, err);
+      if (st) hub_resp_free(r);
+      return st;
+    }
+    double w = r->retry_after >= 0 ? (r->retry_after + 1) : waits[attempt];
+    hub_resp_free(r);
+    hub_sleep(w * env->backoff_s);
+  }
 }
 
 enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, struct mtpq_err *err) {

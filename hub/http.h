@@ -16,6 +16,7 @@ struct hub_resp {
   char url[2048];       /* the URL that answered (after redirects) */
   char commit[64];      /* X-Repo-Commit */
   char etag[160];       /* X-Linked-Etag, else ETag, normalised */
+  char raw_etag[160];   /* ETag exactly as sent (multipart parts) */
   char link_next[2048]; /* Link rel="next" */
   char err_code[64];    /* X-Error-Code */
   char err_msg[256];    /* X-Error-Message */
@@ -42,6 +43,12 @@ enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url
  * 8 x env->backoff_s, Retry-After honoured); other statuses map to E_AUTH
  * (401, 403) or E_SERVER with the server's message. */
 enum mtpq_status hub_get(const struct mtpq_hub_env *env, const char *url, struct hub_resp *r, struct mtpq_err *err);
+/* A request with a body: mem (len bytes) or, when f is set, bytes
+ * [off, off + len) of f (Content-Length set, never chunked). ctype may be
+ * NULL. Retries like hub_get when retry is set (never for a commit). */
+enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, const char *url, const char *ctype,
+                          const void *mem, FILE *f, uint64_t off, uint64_t len, int retry, struct hub_resp *r,
+                          struct mtpq_err *err);
 int hub_retryable(long status);
 void hub_sleep(double s);
 enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, struct mtpq_err *err);

@@ -2,7 +2,8 @@
  * into the huggingface_hub cache layout (../shared/docs/hub-protocol.md).
  * Owns: hub/env.c (environment), hub/http.c (libcurl, retries, auth
  * origin rule), hub/download.c (tree listing, blobs, snapshots, refs),
- * hub/partial.c (tensor byte ranges of safetensors shards).
+ * hub/partial.c (tensor byte ranges of safetensors shards), hub/upload.c
+ * (create, preupload, LFS batch, commit).
  * Never prints; progress goes through the callback. */
 #ifndef MTPQ_HUB_HUB_H
 #define MTPQ_HUB_HUB_H
@@ -47,6 +48,31 @@ struct mtpq_download_result {
  * cache only. */
 enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct mtpq_download_opts *o,
                                    struct mtpq_download_result *res, struct mtpq_err *err);
+
+struct mtpq_upload_opts {
+  const char *dir;      /* local folder (files only, .git and .cache/huggingface skipped) */
+  const char *repo;     /* "org/name": created when missing */
+  const char *revision; /* branch; NULL = "main" */
+  const char *message;  /* commit summary; NULL = "Upload with mtpq" */
+  int private_repo;
+};
+struct mtpq_upload_result {
+  char commit[41];
+  char url[1024];     /* commitUrl from the server */
+  int files;          /* files in the folder */
+  int unchanged;      /* dropped: the remote oid equals the local one */
+  int lfs_uploaded;   /* LFS objects whose bytes were sent now */
+  int lfs_present;    /* LFS objects the server already had (not re-sent) */
+  int committed;      /* 0: nothing changed, no commit made */
+  uint64_t bytes_sent;
+};
+/* Create the repo (409 = exists), preupload to classify files, send LFS
+ * objects through the batch API (basic or multipart, skipping objects the
+ * server has), then one NDJSON commit with parentCommit = the head read
+ * first. Retries 408/429/5xx on every call but the commit; a commit that
+ * fails is reported, never resent (a 412 means the branch moved: rerun). */
+enum mtpq_status mtpq_hub_upload(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o,
+                                 struct mtpq_upload_result *res, struct mtpq_err *err);
 
 /* Tensor-level partial download: the repo's small files (config, index,
  * tokenizer) through the cache, then for every *.safetensors shard its

@@ -10,6 +10,7 @@ LFS bytes. Logs every request (with whether it carried authorization) as
 JSON lines to --log. Prints {"hub": port, "store": port} on stdout.
 """
 import argparse
+import base64
 import hashlib
 import http.server
 import json
@@ -28,12 +29,44 @@ ap.add_argument("--api-429", type=int, default=0)
 ap.add_argument("--cut", type=int, default=0, help="first N store GETs close mid-body")
 ap.add_argument("--ignore-range", type=int, default=0, help="first N ranged store GETs answer 200")
 ap.add_argument("--corrupt", default=None, help="serve this LFS path with one byte flipped")
+ap.add_argument("--commit-412", type=int, default=0, help="first N commits answer 412 (stale parent)")
+ap.add_argument("--put-500", type=int, default=0, help="first N store PUTs answer 500")
+ap.add_argument("--multipart-threshold", type=int, default=1 << 20, help="LFS objects at least this big go multipart")
+ap.add_argument("--chunk-size", type=int, default=256 << 10)
 ap.add_argument("--log", default=None)
 args = ap.parse_args()
 
-lock = threading.Lock()
-faults = {"503": args.api_503, "429": args.api_429, "cut": args.cut, "range": args.ignore_range}
-repos, objects = {}, {}
+lock = threading.RLock()
+faults = {"503": args.api_503, "429": args.api_429, "cut": args.cut, "range": args.ignore_range,
+          "412": args.commit_412, "put500": args.put_500}
+repos, objects, parts = {}, {}, {}
+POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n"
+
+
+def git_sha1(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def entry(path, data, lfs):
+    """one file of a repo; LFS bytes live in `objects` under their sha256"""
+    e = {"path": path, "size": len(data)}
+    if lfs:
+        e["sha256"] = hashlib.sha256(data).hexdigest()
+        e["oid"] = git_sha1((POINTER % (e["sha256"], len(data))).encode())
+        served = bytearray(data)
+        if path == args.corrupt:
+            served[len(served) // 2] ^= 1
+        objects.setdefault(e["sha256"], bytes(served))
+    else:
+        e["oid"], e["data"] = git_sha1(data), data
+    return e
+
+
+def new_commit(r, summary):
+    r["commit"] = hashlib.sha1((r.get("commit", "") + summary +
+                                json.dumps(sorted((k, v["oid"]) for k, v in r["files"].items()))).encode()).hexdigest()
+
+
 for spec in args.repo:
     rid, d = spec.split("=", 1)
     files = {}
@@ -42,17 +75,9 @@ for spec in args.repo:
             p = os.path.join(root, n)
             rel = os.path.relpath(p, d)
             data = open(p, "rb").read()
-            e = {"path": rel, "size": len(data), "data": data,
-                 "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
-            if len(data) >= args.lfs_threshold:
-                e["sha256"] = hashlib.sha256(data).hexdigest()
-                served = bytearray(data)
-                if rel == args.corrupt:
-                    served[len(served) // 2] ^= 1
-                objects[e["sha256"]] = bytes(served)
-            files[rel] = e
-    commit = hashlib.sha1(json.dumps(sorted((k, v["oid"]) for k, v in files.items())).encode()).hexdigest()
-    repos[rid] = {"commit": commit, "files": files}
+            files[rel] = entry(rel, data, len(data) >= args.lfs_threshold)
+    repos[rid] = {"files": files}
+    new_commit(repos[rid], "initial")
 
 
 def take(kind):
@@ -173,7 +198,133 @@ class Hub(Base):
         return self.error(404, "NotFound", f"no route for {u.path}")
 
 
+    def body(self):
+        n = int(self.headers.get("content-length", "0"))
+        return self.rfile.read(n)
+
+    def do_POST(self):
+        u = urllib.parse.urlsplit(self.path)
+        parts_ = [urllib.parse.unquote(p) for p in u.path.split("/")]
+        data = self.body()
+        # the multipart completion is authorised by its URL, not the token
+        if u.path.startswith("/api/complete/"):
+            oid = parts_[3]
+            req = json.loads(data)
+            got = parts.get(oid, {})
+            blob = b""
+            for pe in sorted(req["parts"], key=lambda x: x["partNumber"]):
+                etag, chunk = got.get(pe["partNumber"], (None, None))
+                if etag is None or etag != pe["etag"]:
+                    return self.error(400, "BadPart", f"part {pe['partNumber']}: etag {pe['etag']} != {etag}")
+                blob += chunk
+            if hashlib.sha256(blob).hexdigest() != oid:
+                return self.error(400, "BadObject", "assembled parts do not hash to the oid")
+            objects[oid] = blob
+            return self.reply(200, b"{}")
+        if args.token and self.headers.get("authorization") != "Bearer " + args.token:
+            return self.error(401, "Unauthorized", "Invalid credentials in Authorization header")
+        if take("503"):
+            return self.error(503, "Unavailable", "injected 503")
+        if u.path == "/api/repos/create":
+            req = json.loads(data)
+            rid = (req.get("organization") or "user") + "/" + req["name"]
+            with lock:
+                if rid in repos:
+                    return self.error(409, "Conflict", "You already created this model repo")
+                repos[rid] = {"files": {".gitattributes": entry(".gitattributes", b"*.safetensors filter=lfs\n", False)}}
+                new_commit(repos[rid], "initial commit")
+            return self.reply(200, json.dumps({"url": f"http://127.0.0.1:{self.server.server_port}/{rid}",
+                                               "id": rid}).encode())
+        if u.path.startswith("/api/models/") and len(parts_) >= 7 and parts_[5] == "preupload":
+            r = repos.get(parts_[3] + "/" + parts_[4])
+            if not r:
+                return self.error(404, "RepoNotFound", "no such repo")
+            out = []
+            for f in json.loads(data)["files"]:
+                lfs = f["size"] >= args.lfs_threshold
+                cur = r["files"].get(f["path"])
+                oid = None
+                if cur:
+                    oid = cur.get("sha256") or cur["oid"]
+                out.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular",
+                            "shouldIgnore": False, "oid": oid})
+            return self.reply(200, json.dumps({"files": out}).encode())
+        if u.path.endswith(".git/info/lfs/objects/batch"):
+            req = json.loads(data)
+            hub = f"http://127.0.0.1:{self.server.server_port}"
+            store = f"http://127.0.0.1:{store_port}"
+            out = []
+            for o in req["objects"]:
+                oid, size = o["oid"], o["size"]
+                if oid in objects:
+                    out.append({"oid": oid, "size": size})
+                elif size >= args.multipart_threshold:
+                    n = (size + args.chunk_size - 1) // args.chunk_size
+                    hdr = {"chunk_size": str(args.chunk_size)}
+                    for i in range(1, n + 1):
+                        hdr["%05d" % i] = f"{store}/part/{oid}/{i}"
+                    out.append({"oid": oid, "size": size,
+                                "actions": {"upload": {"href": f"{hub}/api/complete/{oid}", "header": hdr}}})
+                else:
+                    out.append({"oid": oid, "size": size, "authenticated": True,
+                                "actions": {"upload": {"href": f"{store}/put/{oid}"},
+                                            "verify": {"href": f"{hub}/api/lfs-verify", "header": {}}}})
+            return self.reply(200, json.dumps({"transfer": "basic", "objects": out}).encode(),
+                              [("Content-Type", "application/vnd.git-lfs+json")])
+        if u.path == "/api/lfs-verify":
+            o = json.loads(data)
+            if objects.get(o["oid"]) is None or len(objects[o["oid"]]) != o["size"]:
+                return self.error(404, "NotFound", "object not stored")
+            return self.reply(200, b"{}")
+        if u.path.startswith("/api/models/") and len(parts_) >= 7 and parts_[5] == "commit":
+            rid = parts_[3] + "/" + parts_[4]
+            r = repos.get(rid)
+            if not r:
+                return self.error(404, "RepoNotFound", "create_commit assumes the repo exists")
+            lines = [json.loads(l) for l in data.decode().splitlines() if l.strip()]
+            if not lines or lines[0]["key"] != "header" or not lines[0]["value"].get("summary"):
+                return self.error(400, "BadRequest", "the first line must be a header with a summary")
+            parent = lines[0]["value"].get("parentCommit")
+            if take("412") or (parent and not r["commit"].startswith(parent)):
+                return self.error(412, "PreconditionFailed", "The branch was updated since you opened this page")
+            with lock:
+                for l in lines[1:]:
+                    v = l["value"]
+                    if l["key"] == "file":
+                        raw = base64.b64decode(v["content"]) if v.get("encoding") == "base64" else v["content"].encode()
+                        r["files"][v["path"]] = entry(v["path"], raw, False)
+                    elif l["key"] == "lfsFile":
+                        if v["oid"] not in objects or len(objects[v["oid"]]) != v["size"]:
+                            return self.error(422, "BadRequest", f"LFS object {v['oid']} was not uploaded")
+                        r["files"][v["path"]] = {"path": v["path"], "size": v["size"], "sha256": v["oid"],
+                                                 "oid": git_sha1((POINTER % (v["oid"], v["size"])).encode())}
+                    elif l["key"] == "deletedFile":
+                        r["files"].pop(v["path"], None)
+                new_commit(r, lines[0]["value"]["summary"])
+            hub = f"http://127.0.0.1:{self.server.server_port}"
+            return self.reply(200, json.dumps({"commitOid": r["commit"], "commitUrl": f"{hub}/{rid}/commit/{r['commit']}",
+                                               "pullRequestUrl": None}).encode())
+        return self.error(404, "NotFound", f"no route for POST {u.path}")
+
+
 class Store(Base):
+    def do_PUT(self):
+        n = int(self.headers.get("content-length", "0"))
+        data = self.rfile.read(n)
+        if take("put500"):
+            return self.reply(500, b"InternalError", server="store")
+        p = self.path.strip("/").split("/")
+        if p[0] == "put":
+            if hashlib.sha256(data).hexdigest() != p[1]:
+                return self.reply(400, b"BadDigest", server="store")
+            objects[p[1]] = data
+            return self.reply(200, b"", server="store")
+        if p[0] == "part":
+            etag = '"%s"' % hashlib.md5(data).hexdigest()
+            parts.setdefault(p[1], {})[int(p[2])] = (etag, data)
+            return self.reply(200, b"", [("ETag", etag)], server="store")
+        return self.reply(404, b"NoSuchKey", server="store")
+
     def do_GET(self):
         oid = self.path.strip("/").split("?")[0]
         data = objects.get(oid)

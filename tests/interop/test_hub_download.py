@@ -16,6 +16,12 @@
   wanted tensors' byte ranges (the byte count is asserted exactly against
   one made here from the headers) and writes the same repo as a local run;
   a second run reuses the fetched tensors.
+- `mtpq upload` (fake Hub with a 503, a 500 on a store PUT, multipart above
+  1 MB): the official client downloads identical files; the token never
+  reaches the store or the multipart completion; an unchanged rerun makes no
+  commit; a commit refused with 412 is reported (exit 8) and the rerun
+  completes without re-sending any object; the official client's
+  upload_folder is fetched identically by `mtpq download`; no token exits 7.
 Usage: test_hub_download.py MTPQ TESTDATA
 """
 import filecmp
@@ -243,8 +249,94 @@ with tempfile.TemporaryDirectory() as tmp:
         srv.kill()
         srv.wait()
 
+
+def official(code, *a, env):
+    return subprocess.run([sys.executable, "-c", code, *a], capture_output=True, text=True, env=env, timeout=120)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    up = os.path.join(tmp, "up")
+    os.makedirs(os.path.join(up, "sub"))
+    os.makedirs(os.path.join(up, ".git"))
+    ufiles = {"config.json": b'{"quantization_config": {}}\n', "sub/notes.txt": b"drafter\n", "empty.txt": b"",
+              "small.safetensors": os.urandom(100_000), "model.safetensors": os.urandom(1_500_000)}
+    for k, v in ufiles.items():
+        open(os.path.join(up, k), "wb").write(v)
+    open(os.path.join(up, ".git", "HEAD"), "w").write("never uploaded\n")
+    log = os.path.join(tmp, "hub.log")
+    srv, ports = start(os.path.join(tmp, "nothing"), "--token", "hf_w", "--api-503", "1", "--put-500", "1",
+                       "--multipart-threshold", str(1 << 20), "--chunk-size", str(256 << 10), log=log)
+    try:
+        base = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_w",
+                    MTPQ_HUB_BACKOFF_S="0.01", HF_HUB_DISABLE_XET="1")
+        base.pop("HF_HUB_OFFLINE", None)
+
+        def upload(*a, env=base):
+            return subprocess.run([MTPQ, "upload", *a], capture_output=True, text=True, env=env)
+
+        p = upload(up, "org/drafter", "--json", "-m", "Add drafter")
+        check(p.returncode == 0, f"upload rc {p.returncode}: {p.stderr}")
+        r = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(r.get("committed") and r.get("lfs_uploaded") == 2 and r.get("files") == 5, f"upload: {r}")
+        reqs = [json.loads(l) for l in open(log)]
+        check(not any(x["auth"] for x in reqs if x["server"] == "store" or x["path"].startswith("/api/complete")),
+              "the token reached the store or the multipart completion")
+        nparts = sum(1 for x in reqs if x["method"] == "PUT" and x["path"].startswith("/part/") and x["status"] == 200)
+        check(nparts == 6, f"{nparts} multipart parts, expected ceil(1.5 MB / 256 KiB) = 6")
+        check(any(x["status"] == 500 for x in reqs) and any(x["status"] == 503 for x in reqs), "faults not injected")
+        o = official("import sys; from huggingface_hub import snapshot_download; "
+                     "print(snapshot_download('org/drafter', cache_dir=sys.argv[1]))", os.path.join(tmp, "oc"), env=base)
+        check(o.returncode == 0, f"official download: {o.stderr[-1500:]}")
+        if o.returncode == 0:
+            snap = o.stdout.strip().splitlines()[-1]
+            for k, v in ufiles.items():
+                check(open(os.path.join(snap, k), "rb").read() == v, f"official client got a different {k}")
+            check(not os.path.exists(os.path.join(snap, ".git")), ".git was uploaded")
+        open(log, "w").close()
+        p = upload(up, "org/drafter", "--json")
+        r = json.loads(p.stdout) if p.returncode == 0 else {}
+        puts = [x for x in map(json.loads, open(log)) if x["method"] == "PUT" or "/commit/" in x["path"]]
+        check(r.get("committed") is False and r.get("unchanged") == 5 and not puts, f"unchanged rerun: {r} {puts}")
+        p = upload(up, "org/drafter", env={k: v for k, v in base.items() if k != "HF_TOKEN"})
+        check(p.returncode == 7, f"no token: {p.returncode} {p.stderr}")
+        # the official client uploads; mtpq downloads the same bytes
+        src2 = os.path.join(tmp, "src2")
+        os.makedirs(src2)
+        off = {"a.json": b'{"a": 2}\n', "w.safetensors": os.urandom(50_000)}
+        for k, v in off.items():
+            open(os.path.join(src2, k), "wb").write(v)
+        o = official("import sys; from huggingface_hub import HfApi; api = HfApi(); "
+                     "api.create_repo('org/official', exist_ok=True); "
+                     "print(api.upload_folder(folder_path=sys.argv[1], repo_id='org/official'))", src2, env=base)
+        check(o.returncode == 0, f"official upload: {o.stderr[-1500:]}")
+        p = mtpq(dict(base, HF_HUB_CACHE=os.path.join(tmp, "mc")), "org/official")
+        check(p.returncode == 0, f"download of the official upload: {p.stderr}")
+        for k, v in off.items():
+            q = os.path.join(p.stdout.strip(), k)
+            check(os.path.exists(q) and open(q, "rb").read() == v, f"{k} differs after official upload")
+    finally:
+        srv.kill()
+        srv.wait()
+    # a commit refused with 412: reported, and the rerun sends no object again
+    log = os.path.join(tmp, "hub2.log")
+    srv, ports = start(os.path.join(tmp, "nothing"), "--token", "hf_w", "--commit-412", "1", log=log)
+    try:
+        env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_w",
+                   MTPQ_HUB_BACKOFF_S="0.01")
+        p = subprocess.run([MTPQ, "upload", up, "org/d2"], capture_output=True, text=True, env=env)
+        check(p.returncode == 8 and "412" in p.stderr and "rerun" in p.stderr, f"412: {p.returncode} {p.stderr}")
+        open(log, "w").close()
+        p = subprocess.run([MTPQ, "upload", up, "org/d2", "--json"], capture_output=True, text=True, env=env)
+        r = json.loads(p.stdout) if p.returncode == 0 else {}
+        puts = [x for x in map(json.loads, open(log)) if x["method"] == "PUT"]
+        check(r.get("committed") and r.get("lfs_already_present") == 2 and r.get("lfs_uploaded") == 0 and not puts,
+              f"rerun after 412: {r} {p.stderr} {len(puts)} PUTs")
+    finally:
+        srv.kill()
+        srv.wait()
+
 if failures:
     for m in failures:
         print("FAIL:", m)
     sys.exit(1)
-print("hub download: all checks passed")
+print("hub download, partial quantize, upload: all checks passed")

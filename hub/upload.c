@@ -1,0 +1,453 @@
+/* Upload a folder as one commit (hub-protocol.md 3.1-3.9): create repo,
+ * preupload, LFS batch (basic and multipart transfers), NDJSON commit. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#define _DEFAULT_SOURCE
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ftw.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hub/http.h"
+#include "hub/tree.h"
+
+#define BATCH 256 /* preupload and LFS batch take at most 256 entries */
+
+struct ufile {
+  char *path; /* relative, POSIX */
+  uint64_t size;
+  int lfs, skip;
+  char oid[65];    /* sha256 (LFS) or git blob sha1 (regular) */
+  char remote[65]; /* the oid preupload reported for the path, "" if none */
+};
+
+static struct {
+  const char *root;
+  struct ufile *f;
+  int n, cap, bad;
+} walk;
+
+static int forbidden(const char *rel) {
+  for (const char *s = rel; *s;) {
+    size_t n = strcspn(s, "/");
+    if ((n == 4 && strncmp(s, ".git", 4) == 0) || (n == 6 && strncmp(s, ".cache", 6) == 0)) return 1;
+    s += n + (s[n] ? 1 : 0);
+  }
+  return 0;
+}
+
+static int on_file(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)ftw;
+  if (flag != FTW_F) return 0;
+  const char *rel = p + strlen(walk.root) + 1;
+  if (forbidden(rel)) return 0; /* .git and .cache/huggingface are never uploaded */
+  if (walk.n == walk.cap) {
+    walk.cap = walk.cap ? 2 * walk.cap : 64;
+    struct ufile *nf = realloc(walk.f, (size_t)walk.cap * sizeof *nf);
+    if (!nf) return walk.bad = 1;
+    walk.f = nf;
+  }
+  walk.f[walk.n++] = (struct ufile){strdup(rel), (uint64_t)sb->st_size, 0, 0, "", ""};
+  return 0;
+}
+
+static int by_path(const void *a, const void *b) {
+  return strcmp(((const struct ufile *)a)->path, ((const struct ufile *)b)->path);
+}
+
+static enum mtpq_status digest(const char *path, int sha256, uint64_t size, char *hex, struct mtpq_err *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: %s", path, strerror(errno));
+  EVP_MD_CTX *m = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(m, sha256 ? EVP_sha256() : EVP_sha1(), NULL);
+  if (!sha256) {
+    char h[64];
+    int n = snprintf(h, sizeof h, "blob %llu", (unsigned long long)size);
+    EVP_DigestUpdate(m, h, (size_t)n + 1);
+  }
+  static unsigned char buf[1 << 20];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) EVP_DigestUpdate(m, buf, n);
+  int bad = ferror(f);
+  fclose(f);
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned dl = 0;
+  EVP_DigestFinal_ex(m, d, &dl);
+  EVP_MD_CTX_free(m);
+  if (bad) return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: read error", path);
+  for (unsigned i = 0; i < dl; i++) sprintf(hex + 2 * i, "%02x", d[i]);
+  return MTPQ_OK;
+}
+
+static char *b64(const unsigned char *p, size_t n) {
+  char *out = malloc(4 * ((n + 2) / 3) + 1);
+  if (out) EVP_EncodeBlock((unsigned char *)out, p, (int)n);
+  return out;
+}
+
+static unsigned char *slurp(const char *path, uint64_t size, struct mtpq_err *err) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = malloc(size ? size : 1);
+  if (!f || !b || fread(b, 1, size, f) != size) {
+    if (f) fclose(f);
+    free(b);
+    mtpq_err_set(err, MTPQ_E_IO_READ, "%s: cannot read %llu bytes", path, (unsigned long long)size);
+    return NULL;
+  }
+  fclose(f);
+  return b;
+}
+
+static enum mtpq_status post_json(const struct mtpq_hub_env *env, const char *url, const char *ctype, cJSON *j,
+                                  int retry, struct hub_resp *r, struct mtpq_err *err) {
+  char *t = cJSON_PrintUnformatted(j);
+  enum mtpq_status st = hub_send(env, "POST", url, ctype, t, NULL, 0, strlen(t), retry, r, err);
+  free(t);
+  return st;
+}
+
+static enum mtpq_status create_repo(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o,
+                                    struct mtpq_err *err) {
+  const char *sl = strchr(o->repo, '/');
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "name", sl + 1);
+  char org[256];
+  snprintf(org, sizeof org, "%.*s", (int)(sl - o->repo), o->repo);
+  cJSON_AddStringToObject(j, "organization", org);
+  cJSON_AddStringToObject(j, "type", "model");
+  cJSON_AddStringToObject(j, "visibility", o->private_repo ? "private" : "public");
+  char url[1024];
+  snprintf(url, sizeof url, "%s/api/repos/create", env->endpoint);
+  struct hub_resp r;
+  enum mtpq_status st = MTPQ_OK;
+  for (int i = 0; i < 10; i++) {
+    char *t = cJSON_PrintUnformatted(j);
+    st = hub_send(env, "POST", url, "application/json", t, NULL, 0, strlen(t), 1, &r, err);
+    free(t);
+    if (st != MTPQ_E_SERVER || !strstr(err->msg, "HTTP 409")) break;
+    /* 409: it exists (fine), or another operation is in progress (wait, retry) */
+    if (!strstr(err->msg, "conflicting operation")) {
+      st = MTPQ_OK;
+      memset(&r, 0, sizeof r);
+      break;
+    }
+    hub_sleep(env->backoff_s * 2);
+  }
+  cJSON_Delete(j);
+  if (!st) hub_resp_free(&r);
+  return st;
+}
+
+static enum mtpq_status preupload(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o, const char *q,
+                                  struct ufile *f, int n, struct mtpq_err *err) {
+  char url[1024];
+  snprintf(url, sizeof url, "%s/api/models/%s/preupload/%s", env->endpoint, o->repo, q);
+  enum mtpq_status st = MTPQ_OK;
+  for (int b = 0; b < n && !st; b += BATCH) {
+    int e = b + BATCH < n ? b + BATCH : n;
+    cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "files");
+    for (int i = b; i < e && !st; i++) {
+      char p[4096];
+      snprintf(p, sizeof p, "%s/%s", o->dir, f[i].path);
+      unsigned char sample[512];
+      FILE *fp = fopen(p, "rb");
+      size_t sn = fp ? fread(sample, 1, sizeof sample, fp) : 0;
+      if (fp) fclose(fp);
+      else st = mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: %s", p, strerror(errno));
+      char *s64 = b64(sample, sn);
+      cJSON *it = cJSON_CreateObject();
+      cJSON_AddStringToObject(it, "path", f[i].path);
+      cJSON_AddNumberToObject(it, "size", (double)f[i].size);
+      cJSON_AddStringToObject(it, "sample", s64 ? s64 : "");
+      free(s64);
+      cJSON_AddItemToArray(arr, it);
+    }
+    struct hub_resp r;
+    if (!st) st = post_json(env, url, "application/json", j, 1, &r, err);
+    cJSON_Delete(j);
+    if (st) break;
+    cJSON *ans = cJSON_Parse(r.body ? r.body : ""), *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(ans, "files")) {
+      const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(it, "path"));
+      const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(it, "uploadMode"));
+      const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(it, "oid"));
+      for (int i = b; path && i < e; i++) {
+        if (strcmp(f[i].path, path) != 0) continue;
+        /* empty files are always regular: S3 refuses empty LFS objects */
+        f[i].lfs = mode && strcmp(mode, "lfs") == 0 && f[i].size > 0;
+        f[i].skip = cJSON_IsTrue(cJSON_GetObjectItem(it, "shouldIgnore"));
+        if (oid) snprintf(f[i].remote, sizeof f[i].remote, "%s", oid);
+      }
+    }
+    cJSON_Delete(ans);
+    hub_resp_free(&r);
+  }
+  return st;
+}
+
+static enum mtpq_status put_part(const struct mtpq_hub_env *env, const char *href, FILE *fp, uint64_t off,
+                                 uint64_t len, char *etag, size_t cap, struct mtpq_err *err) {
+  struct hub_resp r;
+  enum mtpq_status st = hub_send(env, "PUT", href, NULL, NULL, fp, off, len, 1, &r, err);
+  if (st) return st;
+  if (etag) snprintf(etag, cap, "%s", r.raw_etag);
+  hub_resp_free(&r);
+  return MTPQ_OK;
+}
+
+/* One object of the batch answer: skip, basic PUT, or multipart. */
+static enum mtpq_status send_object(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o,
+                                    const struct ufile *u, cJSON *obj, struct mtpq_upload_result *res,
+                                    struct mtpq_err *err) {
+  cJSON *e = cJSON_GetObjectItem(obj, "error");
+  if (e)
+    return mtpq_err_set(err, MTPQ_E_SERVER, "%s: the LFS batch refused object %s: %d %s", u->path, u->oid,
+                        (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "code")),
+                        cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")) ? cJSON_GetStringValue(
+                                                                                      cJSON_GetObjectItem(e, "message"))
+                                                                                : "");
+  cJSON *act = cJSON_GetObjectItem(obj, "actions");
+  cJSON *up = cJSON_GetObjectItem(act, "upload");
+  if (!up) {
+    res->lfs_present++;
+    return MTPQ_OK;
+  }
+  const char *href = cJSON_GetStringValue(cJSON_GetObjectItem(up, "href"));
+  if (!href) return mtpq_err_set(err, MTPQ_E_SERVER, "%s: upload action without href", u->path);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", o->dir, u->path);
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: %s", path, strerror(errno));
+  enum mtpq_status st = MTPQ_OK;
+  cJSON *hdr = cJSON_GetObjectItem(up, "header");
+  const char *cs = cJSON_GetStringValue(cJSON_GetObjectItem(hdr, "chunk_size"));
+  if (cs) { /* multipart: parts "00001".. in numeric order, then completion on the Hub without auth */
+    uint64_t chunk = strtoull(cs, NULL, 10), parts = chunk ? (u->size + chunk - 1) / chunk : 0;
+    cJSON *done = cJSON_CreateObject(), *plist;
+    cJSON_AddStringToObject(done, "oid", u->oid);
+    plist = cJSON_AddArrayToObject(done, "parts");
+    int have = 0;
+    cJSON *h;
+    cJSON_ArrayForEach(h, hdr) if (strcmp(h->string, "chunk_size") != 0) have++;
+    if (!chunk || (uint64_t)have != parts)
+      st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: multipart offer has %d part URLs for %llu parts of %llu bytes",
+                        u->path, have, (unsigned long long)parts, (unsigned long long)chunk);
+    for (uint64_t i = 1; i <= parts && !st; i++) {
+      const char *purl = NULL;
+      cJSON_ArrayForEach(h, hdr) if (strcmp(h->string, "chunk_size") != 0 && strtoull(h->string, NULL, 10) == i)
+          purl = cJSON_GetStringValue(h);
+      if (!purl) {
+        st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no URL for part %llu", u->path, (unsigned long long)i);
+        break;
+      }
+      uint64_t off = (i - 1) * chunk, len = off + chunk > u->size ? u->size - off : chunk;
+      char etag[160];
+      st = put_part(env, purl, fp, off, len, etag, sizeof etag, err);
+      if (!st) {
+        cJSON *pe = cJSON_CreateObject();
+        cJSON_AddNumberToObject(pe, "partNumber", (double)i);
+        cJSON_AddStringToObject(pe, "etag", etag);
+        cJSON_AddItemToArray(plist, pe);
+        res->bytes_sent += len;
+      }
+    }
+    struct hub_resp r;
+    if (!st) {
+      struct mtpq_hub_env noauth = *env; /* the completion carries no token */
+      noauth.token[0] = 0;
+      st = post_json(&noauth, href, "application/vnd.git-lfs+json", done, 1, &r, err);
+      if (!st) hub_resp_free(&r);
+    }
+    cJSON_Delete(done);
+  } else {
+    st = put_part(env, href, fp, 0, u->size, NULL, 0, err);
+    if (!st) res->bytes_sent += u->size;
+  }
+  fclose(fp);
+  cJSON *verify = cJSON_GetObjectItem(act, "verify");
+  const char *vh = cJSON_GetStringValue(cJSON_GetObjectItem(verify, "href"));
+  if (!st && vh) {
+    cJSON *v = cJSON_CreateObject();
+    cJSON_AddStringToObject(v, "oid", u->oid);
+    cJSON_AddNumberToObject(v, "size", (double)u->size);
+    struct hub_resp r;
+    st = post_json(env, vh, "application/vnd.git-lfs+json", v, 1, &r, err);
+    if (!st) hub_resp_free(&r);
+    cJSON_Delete(v);
+  }
+  if (!st) res->lfs_uploaded++;
+  return st;
+}
+
+static enum mtpq_status lfs_batch(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o, const char *rev,
+                                  struct ufile *f, int n, struct mtpq_upload_result *res, struct mtpq_err *err) {
+  char url[1024];
+  snprintf(url, sizeof url, "%s/%s.git/info/lfs/objects/batch", env->endpoint, o->repo);
+  int idx[BATCH];
+  enum mtpq_status st = MTPQ_OK;
+  for (int i = 0; i < n && !st;) {
+    int m = 0;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "operation", "upload");
+    cJSON *tr = cJSON_AddArrayToObject(j, "transfers");
+    cJSON_AddItemToArray(tr, cJSON_CreateString("basic"));
+    cJSON_AddItemToArray(tr, cJSON_CreateString("multipart"));
+    cJSON_AddStringToObject(j, "hash_algo", "sha256");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(j, "ref"), "name", rev);
+    cJSON *objs = cJSON_AddArrayToObject(j, "objects");
+    for (; i < n && m < BATCH; i++) {
+      if (!f[i].lfs || f[i].skip) continue;
+      cJSON *ob = cJSON_CreateObject();
+      cJSON_AddStringToObject(ob, "oid", f[i].oid);
+      cJSON_AddNumberToObject(ob, "size", (double)f[i].size);
+      cJSON_AddItemToArray(objs, ob);
+      idx[m++] = i;
+    }
+    struct hub_resp r;
+    if (m) st = post_json(env, url, "application/vnd.git-lfs+json", j, 1, &r, err);
+    cJSON_Delete(j);
+    if (st || !m) break;
+    cJSON *ans = cJSON_Parse(r.body ? r.body : ""), *ob;
+    hub_resp_free(&r);
+    int seen = 0;
+    cJSON_ArrayForEach(ob, cJSON_GetObjectItem(ans, "objects")) {
+      const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(ob, "oid"));
+      for (int k = 0; oid && k < m && !st; k++)
+        if (strcmp(f[idx[k]].oid, oid) == 0) st = send_object(env, o, &f[idx[k]], ob, res, err), seen++;
+      if (st) break;
+    }
+    cJSON_Delete(ans);
+    if (!st && seen < m) st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: the LFS batch answered %d of %d objects", url, seen, m);
+  }
+  return st;
+}
+
+static enum mtpq_status commit(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o, const char *q,
+                               const char *parent, struct ufile *f, int n, struct mtpq_upload_result *res,
+                               struct mtpq_err *err) {
+  size_t cap = 1 << 16, len = 0;
+  char *body = malloc(cap);
+  enum mtpq_status st = body ? MTPQ_OK : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  for (int i = -1; i < n && !st; i++) {
+    cJSON *line = cJSON_CreateObject(), *v;
+    if (i < 0) {
+      cJSON_AddStringToObject(line, "key", "header");
+      v = cJSON_AddObjectToObject(line, "value");
+      cJSON_AddStringToObject(v, "summary", o->message ? o->message : "Upload with mtpq");
+      cJSON_AddStringToObject(v, "description", "");
+      if (parent[0]) cJSON_AddStringToObject(v, "parentCommit", parent);
+    } else if (f[i].skip) {
+      cJSON_Delete(line);
+      continue;
+    } else if (f[i].lfs) {
+      cJSON_AddStringToObject(line, "key", "lfsFile");
+      v = cJSON_AddObjectToObject(line, "value");
+      cJSON_AddStringToObject(v, "path", f[i].path);
+      cJSON_AddStringToObject(v, "algo", "sha256");
+      cJSON_AddStringToObject(v, "oid", f[i].oid);
+      cJSON_AddNumberToObject(v, "size", (double)f[i].size);
+    } else {
+      char p[4096];
+      snprintf(p, sizeof p, "%s/%s", o->dir, f[i].path);
+      unsigned char *data = slurp(p, f[i].size, err);
+      char *c64 = data ? b64(data, f[i].size) : NULL;
+      free(data);
+      if (!c64) {
+        cJSON_Delete(line);
+        st = err->status ? err->status : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+        break;
+      }
+      cJSON_AddStringToObject(line, "key", "file");
+      v = cJSON_AddObjectToObject(line, "value");
+      cJSON_AddStringToObject(v, "path", f[i].path);
+      cJSON_AddStringToObject(v, "encoding", "base64");
+      cJSON_AddStringToObject(v, "content", c64);
+      free(c64);
+      res->bytes_sent += f[i].size;
+    }
+    char *t = cJSON_PrintUnformatted(line);
+    cJSON_Delete(line);
+    size_t tl = strlen(t);
+    if (len + tl + 2 > cap) {
+      while (len + tl + 2 > cap) cap *= 2;
+      char *nb = realloc(body, cap);
+      if (!nb) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+      else body = nb;
+    }
+    if (!st) memcpy(body + len, t, tl), len += tl, body[len++] = '\n';
+    free(t);
+  }
+  char url[1024];
+  snprintf(url, sizeof url, "%s/api/models/%s/commit/%s", env->endpoint, o->repo, q);
+  struct hub_resp r;
+  /* never resent: a lost answer plus a retry could commit twice */
+  if (!st) st = hub_send(env, "POST", url, "application/x-ndjson", body, NULL, 0, len, 0, &r, err);
+  free(body);
+  if (st == MTPQ_E_SERVER && strstr(err->msg, "HTTP 412"))
+    return mtpq_err_set(err, MTPQ_E_SERVER, "%s: the branch moved since the upload began (HTTP 412, parent %s); "
+                        "rerun: objects already sent are not sent again", o->repo, parent);
+  if (st) return st;
+  cJSON *ans = cJSON_Parse(r.body ? r.body : "");
+  const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(ans, "commitOid"));
+  const char *cu = cJSON_GetStringValue(cJSON_GetObjectItem(ans, "commitUrl"));
+  if (!oid || strlen(oid) != 40) st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no commitOid in the answer", url);
+  else {
+    memcpy(res->commit, oid, 41);
+    snprintf(res->url, sizeof res->url, "%s", cu ? cu : "");
+    res->committed = 1;
+  }
+  cJSON_Delete(ans);
+  hub_resp_free(&r);
+  return st;
+}
+
+enum mtpq_status mtpq_hub_upload(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o,
+                                 struct mtpq_upload_result *res, struct mtpq_err *err) {
+  memset(res, 0, sizeof *res);
+  const char *rev = o->revision ? o->revision : "main";
+  if (!hub_valid_repo(o->repo)) return mtpq_err_set(err, MTPQ_E_INVAL, "'%s' is not a repo id of the form org/name", o->repo);
+  if (env->offline) return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set: cannot upload");
+  if (!env->token[0]) return mtpq_err_set(err, MTPQ_E_AUTH, "no token: set HF_TOKEN (a write token) to upload");
+  struct stat sb;
+  if (stat(o->dir, &sb) || !S_ISDIR(sb.st_mode)) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: not a directory", o->dir);
+  memset(&walk, 0, sizeof walk);
+  walk.root = o->dir;
+  if (nftw(o->dir, on_file, 16, FTW_PHYS) || walk.bad) {
+    for (int i = 0; i < walk.n; i++) free(walk.f[i].path);
+    free(walk.f);
+    return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: cannot list the folder", o->dir);
+  }
+  struct ufile *f = walk.f;
+  int n = walk.n;
+  qsort(f, (size_t)n, sizeof *f, by_path);
+  res->files = n;
+  enum mtpq_status st = n ? MTPQ_OK : mtpq_err_set(err, MTPQ_E_INVAL, "%s: no files to upload", o->dir);
+  CURL *c = curl_easy_init();
+  char *q = curl_easy_escape(c, rev, 0);
+  curl_easy_cleanup(c);
+  char parent[41] = "";
+  if (!st) st = create_repo(env, o, err);
+  if (!st) { /* the head to commit on; an empty repo may have none */
+    struct mtpq_err e2 = {0};
+    if (hub_resolve_commit(env, o->repo, rev, parent, &e2)) parent[0] = 0;
+  }
+  if (!st) st = preupload(env, o, q, f, n, err);
+  for (int i = 0; i < n && !st; i++) {
+    if (f[i].skip) continue;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", o->dir, f[i].path);
+    st = digest(p, f[i].lfs, f[i].size, f[i].oid, err);
+    if (!st && f[i].remote[0] && strcmp(f[i].remote, f[i].oid) == 0) f[i].skip = 1, res->unchanged++;
+  }
+  int todo = 0;
+  for (int i = 0; i < n; i++) todo += !f[i].skip;
+  if (!st) st = lfs_batch(env, o, rev, f, n, res, err);
+  if (!st && !todo) memcpy(res->commit, parent, 41); /* nothing changed: no commit */
+  else if (!st) st = commit(env, o, q, parent, f, n, res, err);
+  curl_free(q);
+  for (int i = 0; i < n; i++) free(f[i].path);
+  free(f);
+  return st;
+}
