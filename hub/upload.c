@@ -23,6 +23,8 @@ struct ufile {
   char remote[65]; /* the oid preupload reported for the path, "" if none */
 };
 
+/* nftw passes no user pointer: the walk's state is file-scope, so one
+ * upload runs at a time per process. */
 static struct {
   const char *root;
   struct ufile *f;
@@ -388,6 +390,15 @@ static enum mtpq_status commit(const struct mtpq_hub_env *env, const struct mtpq
   if (st == MTPQ_E_SERVER && strstr(err->msg, "HTTP 412"))
     return mtpq_err_set(err, MTPQ_E_SERVER, "%s: the branch moved since the upload began (HTTP 412, parent %s); "
                         "rerun: objects already sent are not sent again", o->repo, parent);
+  if (st == MTPQ_E_NET) { /* the answer was lost: say what the branch head is now, never resend */
+    char head[41] = "";
+    struct mtpq_err e2 = {0};
+    char *rev = curl_unescape(q, 0);
+    if (!hub_resolve_commit(env, o->repo, rev ? rev : q, head, &e2) && strcmp(head, parent) != 0)
+      snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
+               "; the branch head is now %s, which may be this commit: check before rerunning", head);
+    curl_free(rev);
+  }
   if (st) return st;
   cJSON *ans = cJSON_Parse(r.body ? r.body : "");
   const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(ans, "commitOid"));

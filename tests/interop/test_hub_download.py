@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`mtpq download` against the project's fake Hub (tests/fakehub, loopback).
 
-- faults survived: two 503s on the API, a connection cut mid-body (resumed
+- faults survived: two 503s and a 429 (RateLimit r=0) on the API, a connection cut mid-body (resumed
   with Range), a store that ignores Range (the file restarts), a 2-entry
   tree page size (Link rel="next" pagination);
 - files byte-identical to the source; the token never reaches the store;
@@ -86,7 +86,8 @@ with tempfile.TemporaryDirectory() as tmp:
     for k, v in files.items():
         open(os.path.join(src, k), "wb").write(v)
     log = os.path.join(tmp, "hub.log")
-    srv, ports = start(src, "--token", "hf_secret", "--api-503", "2", "--cut", "1", "--ignore-range", "1",
+    srv, ports = start(src, "--token", "hf_secret", "--api-503", "2", "--api-429", "1", "--cut", "1",
+                       "--ignore-range", "1",
                        "--page-size", "2", log=log)
     try:
         base = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_secret",
@@ -105,6 +106,7 @@ with tempfile.TemporaryDirectory() as tmp:
         reqs = [json.loads(l) for l in open(log)]
         check(not any(x["auth"] for x in reqs if x["server"] == "store"), "the token was sent to the object store")
         check(sum(1 for x in reqs if x["status"] == 503) == 2, "the two 503s were not retried")
+        check(sum(1 for x in reqs if x["status"] == 429) == 1, "the 429 was not retried")
         check(any(x["status"] == "cut" for x in reqs), "no cut connection was injected")
         check(any(x["server"] == "store" and x["range"] and x["status"] == 206 for x in reqs) or
               any(x["server"] == "store" and x["range"] and x["status"] == 200 for x in reqs),
