@@ -70,7 +70,7 @@ static enum mtpq_status parent_dirs(const char *file, struct mtpq_err *err) {
 }
 
 /* content hash the cache names the blob by: sha256 (LFS) or git's blob sha1 */
-static enum mtpq_status file_digest(const char *path, int lfs, uint64_t size, char *hex, struct mtpq_err *err) {
+enum mtpq_status hub_file_digest(const char *path, int lfs, uint64_t size, char *hex, struct mtpq_err *err) {
   FILE *f = fopen(path, "rb");
   if (!f) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: %s", path, strerror(errno));
   EVP_MD_CTX *m = EVP_MD_CTX_new();
@@ -290,7 +290,7 @@ static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct 
     goto done;
   }
   char hex[2 * EVP_MAX_MD_SIZE + 1];
-  if ((st = file_digest(part, e->lfs, e->size, hex, err))) goto done;
+  if ((st = hub_file_digest(part, e->lfs, e->size, hex, err))) goto done;
   if (strcmp(hex, e->etag) != 0) {
     unlink(part);
     st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: content %s is %s but the hub says %s (partial file removed)", e->path,

@@ -59,30 +59,6 @@ static int by_path(const void *a, const void *b) {
   return strcmp(((const struct ufile *)a)->path, ((const struct ufile *)b)->path);
 }
 
-static enum mtpq_status digest(const char *path, int sha256, uint64_t size, char *hex, struct mtpq_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: %s", path, strerror(errno));
-  EVP_MD_CTX *m = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(m, sha256 ? EVP_sha256() : EVP_sha1(), NULL);
-  if (!sha256) {
-    char h[64];
-    int n = snprintf(h, sizeof h, "blob %llu", (unsigned long long)size);
-    EVP_DigestUpdate(m, h, (size_t)n + 1);
-  }
-  static unsigned char buf[1 << 20];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) EVP_DigestUpdate(m, buf, n);
-  int bad = ferror(f);
-  fclose(f);
-  unsigned char d[EVP_MAX_MD_SIZE];
-  unsigned dl = 0;
-  EVP_DigestFinal_ex(m, d, &dl);
-  EVP_MD_CTX_free(m);
-  if (bad) return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: read error", path);
-  for (unsigned i = 0; i < dl; i++) sprintf(hex + 2 * i, "%02x", d[i]);
-  return MTPQ_OK;
-}
-
 static char *b64(const unsigned char *p, size_t n) {
   char *out = malloc(4 * ((n + 2) / 3) + 1);
   if (out) EVP_EncodeBlock((unsigned char *)out, p, (int)n);
@@ -449,7 +425,7 @@ enum mtpq_status mtpq_hub_upload(const struct mtpq_hub_env *env, const struct mt
     if (f[i].skip) continue;
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", o->dir, f[i].path);
-    st = digest(p, f[i].lfs, f[i].size, f[i].oid, err);
+    st = hub_file_digest(p, f[i].lfs, f[i].size, f[i].oid, err);
     if (!st && f[i].remote[0] && strcmp(f[i].remote, f[i].oid) == 0) f[i].skip = 1, res->unchanged++;
   }
   int todo = 0;
