@@ -1,11 +1,10 @@
 /* Tensor-level partial reads of a Hub repo (issue 8): fetch each shard's
  * safetensors header with Range, then only the wanted tensors' bytes, and
  * write them as smaller valid shards. */
-#define _XOPEN_SOURCE 700 /* nftw, symlink, realpath */
+#define _XOPEN_SOURCE 700 /* symlink, realpath */
 #define _DEFAULT_SOURCE
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,18 +12,9 @@
 
 #include "hub/http.h"
 #include "hub/tree.h"
+#include "io/util.h"
 
 #define MAX_HEADER (100u << 20) /* the safetensors format's own limit */
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(p);
-}
-
-static int ends_with(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && strcmp(s + a - b, suf) == 0;
-}
 
 struct kept {
   const char *name;
@@ -167,14 +157,14 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
   res->bytes_fetched += dr.bytes_fetched;
   char tmp[1800];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", res->dir, (long)getpid());
-  nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  mtpq__rmtree(tmp);
   if ((st = hub_mkdirs(tmp, err))) goto out;
   cJSON *wmap = cJSON_CreateObject();
   const char *index_name = NULL;
   CURL *c = curl_easy_init();
   for (int i = 0; i < n && !st; i++) {
     if (strchr(e[i].path, '/')) continue; /* shards live at the top level */
-    if (ends_with(e[i].path, ".safetensors")) {
+    if (mtpq__ends_with(e[i].path, ".safetensors")) {
       char *ep = hub_escape_path(c, e[i].path), url[4096];
       snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", env->endpoint, repo, res->commit, ep);
       free(ep);
@@ -183,7 +173,7 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
       char src[2400], dst[2048];
       snprintf(src, sizeof src, "%s/%s", dr.snapshot, e[i].path);
       if (stat(src, &sb) != 0) continue; /* not one of the small files */
-      if (ends_with(e[i].path, ".safetensors.index.json")) {
+      if (mtpq__ends_with(e[i].path, ".safetensors.index.json")) {
         index_name = e[i].path;
         continue;
       }
@@ -224,10 +214,10 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
   if (!st && res->shards == 0)
     st = mtpq_err_set(err, MTPQ_E_REPO_EMPTY, "%s@%s: no safetensors shard holds a wanted tensor", repo, res->commit);
   if (!st && rename(tmp, res->dir)) { /* tmp is a sibling: same parent */
-    if (errno == ENOTEMPTY || errno == EEXIST) nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS); /* another run won */
+    if (errno == ENOTEMPTY || errno == EEXIST) mtpq__rmtree(tmp); /* another run won */
     else st = mtpq_err_set(err, MTPQ_E_IO_RENAME, "%s: %s", res->dir, strerror(errno));
   }
-  if (st) nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  if (st) mtpq__rmtree(tmp);
 out:
   hub_free_entries(e, n);
   return st;

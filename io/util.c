@@ -1,7 +1,9 @@
 /* Internal helpers: strings, paths, whole-file reads, atomic writes. */
-#define _DEFAULT_SOURCE /* madvise(MADV_DONTNEED): glibc's posix_madvise ignores DONTNEED */
+#define _XOPEN_SOURCE 700 /* nftw */
+#define _DEFAULT_SOURCE   /* madvise(MADV_DONTNEED): glibc's posix_madvise ignores DONTNEED */
 #include "io/util.h"
 
+#include <ftw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -11,6 +13,18 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+int mtpq__ends_with(const char *s, const char *suf) {
+  size_t n = strlen(s), m = strlen(suf);
+  return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+void mtpq__rmtree(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
 char *mtpq__strdup(const char *s) {
   if (!s) return NULL;

@@ -10,6 +10,10 @@
 
 /* strdup that accepts NULL (returns NULL). Free with free(). */
 char *mtpq__strdup(const char *s);
+/* 1 if s ends with suf. */
+int mtpq__ends_with(const char *s, const char *suf);
+/* Remove a directory tree (no links followed); best effort. */
+void mtpq__rmtree(const char *dir);
 /* "<a>/<b>" in a new string (free with free()); NULL on OOM. */
 char *mtpq__path_join(const char *a, const char *b);
 /* 1 if path names an existing regular file / directory. */

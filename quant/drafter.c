@@ -21,11 +21,6 @@ struct mtpq_drafter_params mtpq_drafter_default_params(void) {
   return p;
 }
 
-static int ends_with(const char *s, const char *suf) {
-  size_t n = strlen(s), m = strlen(suf);
-  return n >= m && strcmp(s + n - m, suf) == 0;
-}
-
 static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
 static struct mtpq_plan_item *add_item(struct mtpq_plan *pl, size_t *cap) {
@@ -49,7 +44,7 @@ static int is_fp8_module(const char *mod) {
                               ".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj"};
   if (strcmp(mod, "mtp.fc") == 0) return 1;
   for (size_t i = 0; i < sizeof suf / sizeof suf[0]; i++)
-    if (ends_with(mod, suf[i]) && starts_with(mod, "mtp.layers.")) return 1;
+    if (mtpq__ends_with(mod, suf[i]) && starts_with(mod, "mtp.layers.")) return 1;
   return 0;
 }
 
@@ -114,7 +109,7 @@ static void target_expert_scales(const struct mtpq_repo *r, const char *trunk, d
     for (size_t i = 0; i < mtpq_repo_count(r); i++) {
       const struct mtpq_tensor *t = mtpq_repo_at(r, i);
       if (!starts_with(t->name, trunk) || !starts_with(t->name + tl, "layers.") ||
-          !ends_with(t->name, "_proj.input_scale") || !strstr(t->name, ".mlp.experts.") ||
+          !mtpq__ends_with(t->name, "_proj.input_scale") || !strstr(t->name, ".mlp.experts.") ||
           t->dtype != MTPQ_DTYPE_F32 || t->numel != 1)
         continue;
       long L = strtol(t->name + tl + 7, NULL, 10);
@@ -198,7 +193,7 @@ enum mtpq_status mtpq_drafter_plan(const struct mtpq_drafter_params *p, struct m
       }
       char *end = NULL;
       long e = strtol(rest, &end, 10);
-      if (end != rest && *end == '.' && t->rank == 2 && ends_with(t->name, ".weight")) {
+      if (end != rest && *end == '.' && t->rank == 2 && mtpq__ends_with(t->name, ".weight")) {
         char proj[64];
         snprintf(proj, sizeof proj, "%.*s", (int)(strlen(end + 1) - 7), end + 1);
         st = add_expert(pl, &cap, layer, e, proj, t->data, t->shape[0], t->shape[1], t->name,
@@ -207,7 +202,7 @@ enum mtpq_status mtpq_drafter_plan(const struct mtpq_drafter_params *p, struct m
       }
     }
     char mod[512];
-    int is_w = ends_with(t->name, ".weight") && strlen(t->name) - 7 < sizeof mod;
+    int is_w = mtpq__ends_with(t->name, ".weight") && strlen(t->name) - 7 < sizeof mod;
     if (is_w) snprintf(mod, sizeof mod, "%.*s", (int)(strlen(t->name) - 7), t->name);
     struct mtpq_plan_item *it = add_item(pl, &cap);
     if (!it) {

@@ -1,8 +1,6 @@
 /* Writing the drafter repo: ids, quantization, shards, atomic directory. */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,13 +62,6 @@ enum mtpq_status mtpq__drafter_load_ids(const struct mtpq_drafter_params *p, str
 
 /* ---- temporary directory ---------------------------------------------------------- */
 
-static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-static void rmtree(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
-
 /* "<parent>/.<base>.mtpq-tmp.<pid>"; stale ones (dead pid) are removed. */
 static char *tmp_dir_for(const char *out) {
   const char *slash = strrchr(out, '/');
@@ -92,7 +83,7 @@ static char *tmp_dir_for(const char *out) {
       if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
         char stale[8192];
         snprintf(stale, sizeof stale, "%s/%s", parent, e->d_name);
-        rmtree(stale);
+        mtpq__rmtree(stale);
       }
     }
     closedir(d);
@@ -326,13 +317,13 @@ enum mtpq_status mtpq_drafter_write(const struct mtpq_drafter_params *p, struct 
       st = mtpq_err_set(err, MTPQ_E_IO_RENAME, "%s: cannot rename to %s: %s", tmp, p->out, strerror(errno));
     if (old) {
       if (st) rename(old, p->out); /* put the old one back */
-      else rmtree(old);
+      else mtpq__rmtree(old);
       free(old);
     }
   }
 out:
   for (int s = 0; s < nsh; s++) mtpq_stw_free(sh[s].w);
-  if (st) rmtree(tmp);
+  if (st) mtpq__rmtree(tmp);
   free(tmp);
   free(amax);
   free(shard_of);

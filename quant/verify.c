@@ -181,11 +181,6 @@ static enum ekind kind_of(enum mtpq_dtype d, size_t *es) {
   }
 }
 
-static int ends_with(const char *s, const char *suf) {
-  size_t n = strlen(s), m = strlen(suf);
-  return n >= m && strcmp(s + n - m, suf) == 0;
-}
-
 /* "<X>.weight" with "<X>.weight_scale" F8_E4M3 beside it: packed NVFP4. */
 static const struct mtpq_tensor *sibling(const struct mtpq_repo *r, const char *name,
                                          const char *from, const char *to) {
@@ -198,7 +193,7 @@ static const struct mtpq_tensor *sibling(const struct mtpq_repo *r, const char *
 }
 
 static int is_nvfp4_weight(const struct mtpq_repo *r, const struct mtpq_tensor *t) {
-  if (t->dtype != MTPQ_DTYPE_U8 || t->rank != 2 || !ends_with(t->name, ".weight")) return 0;
+  if (t->dtype != MTPQ_DTYPE_U8 || t->rank != 2 || !mtpq__ends_with(t->name, ".weight")) return 0;
   const struct mtpq_tensor *s = sibling(r, t->name, ".weight", ".weight_scale");
   return s && s->dtype == MTPQ_DTYPE_F8_E4M3;
 }
@@ -439,7 +434,7 @@ enum mtpq_status mtpq_verify_requantize(const char *source, const char *referenc
   /* Collect the quantized modules of REFERENCE. */
   for (size_t i = 0; !st && i < mtpq_repo_count(rr); i++) {
     const struct mtpq_tensor *w = mtpq_repo_at(rr, i);
-    if (!ends_with(w->name, ".weight")) continue;
+    if (!mtpq__ends_with(w->name, ".weight")) continue;
     const struct mtpq_tensor *ws = sibling(rr, w->name, ".weight", ".weight_scale");
     const struct mtpq_tensor *ws2 = sibling(rr, w->name, ".weight", ".weight_scale_2");
     struct item *it = &items[n];
