@@ -16,6 +16,7 @@
 
 #include "hub/http.h"
 #include "hub/tree.h"
+#include "io/util.h"
 
 #define entry hub_entry
 
@@ -193,7 +194,7 @@ enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *
 
 /* refs/<rev> = commit, atomically and only when it changes */
 static enum mtpq_status write_ref(const char *rdir, const char *rev, const char *commit, struct mtpq_err *err) {
-  char p[2048], t[2100], cur[64] = {0};
+  char p[2048], cur[64] = {0};
   snprintf(p, sizeof p, "%s/refs/%s", rdir, rev);
   FILE *f = fopen(p, "r");
   if (f) {
@@ -204,13 +205,7 @@ static enum mtpq_status write_ref(const char *rdir, const char *rev, const char 
   }
   enum mtpq_status st = parent_dirs(p, err);
   if (st) return st;
-  snprintf(t, sizeof t, "%s.%ld.tmp", p, (long)getpid());
-  f = fopen(t, "w");
-  if (!f || fputs(commit, f) < 0 || fclose(f) || rename(t, p)) {
-    unlink(t);
-    return mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", p, strerror(errno));
-  }
-  return MTPQ_OK;
+  return mtpq__write_file_atomic(p, commit, strlen(commit), err);
 }
 
 /* Fetch one blob under its lock, resuming <blob>.incomplete. */

@@ -188,15 +188,8 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
     char src[2400], dst[2048];
     snprintf(src, sizeof src, "%s/%s", dr.snapshot, index_name);
     snprintf(dst, sizeof dst, "%s/%s", tmp, index_name);
-    FILE *f = fopen(src, "rb");
     char *buf = NULL;
-    long len = 0;
-    if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) && (buf = malloc((size_t)len + 1)) &&
-        fread(buf, 1, (size_t)len, f) == (size_t)len)
-      buf[len] = 0;
-    else
-      st = mtpq_err_set(err, MTPQ_E_IO_READ, "%s: cannot read", src);
-    if (f) fclose(f);
+    st = mtpq__read_file(src, (size_t)256 << 20, &buf, NULL, err); /* io/repo.c's index cap */
     cJSON *idx = st ? NULL : cJSON_Parse(buf);
     free(buf);
     if (!st && !cJSON_IsObject(idx)) st = mtpq_err_set(err, MTPQ_E_IDX_JSON, "%s: index is not valid JSON", index_name);
@@ -204,8 +197,7 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
       cJSON_ReplaceItemInObject(idx, "weight_map", wmap);
       wmap = NULL;
       char *t = cJSON_Print(idx);
-      FILE *g = fopen(dst, "wb");
-      if (!g || fputs(t, g) < 0 || fclose(g)) st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", dst, strerror(errno));
+      st = mtpq__write_file_atomic(dst, t, strlen(t), err);
       free(t);
     }
     cJSON_Delete(idx);

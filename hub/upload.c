@@ -12,6 +12,7 @@
 
 #include "hub/http.h"
 #include "hub/tree.h"
+#include "io/util.h"
 
 #define BATCH 256 /* preupload and LFS batch take at most 256 entries */
 
@@ -63,19 +64,6 @@ static char *b64(const unsigned char *p, size_t n) {
   char *out = malloc(4 * ((n + 2) / 3) + 1);
   if (out) EVP_EncodeBlock((unsigned char *)out, p, (int)n);
   return out;
-}
-
-static unsigned char *slurp(const char *path, uint64_t size, struct mtpq_err *err) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *b = malloc(size ? size : 1);
-  if (!f || !b || fread(b, 1, size, f) != size) {
-    if (f) fclose(f);
-    free(b);
-    mtpq_err_set(err, MTPQ_E_IO_READ, "%s: cannot read %llu bytes", path, (unsigned long long)size);
-    return NULL;
-  }
-  fclose(f);
-  return b;
 }
 
 static enum mtpq_status post_json(const struct mtpq_hub_env *env, const char *url, const char *ctype, cJSON *j,
@@ -329,12 +317,16 @@ static enum mtpq_status commit(const struct mtpq_hub_env *env, const struct mtpq
     } else {
       char p[4096];
       snprintf(p, sizeof p, "%s/%s", o->dir, f[i].path);
-      unsigned char *data = slurp(p, f[i].size, err);
-      char *c64 = data ? b64(data, f[i].size) : NULL;
+      char *data = NULL;
+      size_t dl = 0;
+      /* regular files are small (the Hub sends big ones to LFS); 1 GB is the
+       * commit's inline payload limit */
+      st = mtpq__read_file(p, (size_t)1 << 30, &data, &dl, err);
+      char *c64 = st ? NULL : b64((const unsigned char *)data, dl);
       free(data);
-      if (!c64) {
+      if (!st && !c64) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+      if (st) {
         cJSON_Delete(line);
-        st = err->status ? err->status : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
         break;
       }
       cJSON_AddStringToObject(line, "key", "file");
