@@ -245,7 +245,6 @@ static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct 
   char url[4096];
   snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", env->endpoint, o->repo, commit, ep);
   free(ep);
-  static const double waits[] = {1, 2, 4, 8, 8};
   int fails = 0;
   while (have < e->size || e->size == 0) {
     struct hub_resp r;
@@ -274,7 +273,7 @@ static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct 
       break;
     }
     st = MTPQ_OK;
-    hub_sleep((ra >= 0 ? ra + 1 : waits[fails - 1]) * env->backoff_s);
+    hub_backoff(env, fails - 1, ra);
   }
   if (fclose(f) && !st) st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", part, strerror(errno));
   if (st) goto done; /* the partial file stays for the next run to resume */

@@ -22,6 +22,13 @@ void hub_sleep(double s) {
   nanosleep(&t, NULL);
 }
 
+/* huggingface_hub's schedule: 1, 2, 4, 8, 8 s, or the server's reset + 1 */
+void hub_backoff(const struct mtpq_hub_env *env, int attempt, double retry_after) {
+  static const double waits[] = {1, 2, 4, 8, 8};
+  int i = attempt < 0 ? 0 : attempt > 4 ? 4 : attempt;
+  hub_sleep((retry_after >= 0 ? retry_after + 1 : waits[i]) * env->backoff_s);
+}
+
 int hub_retryable(long status) { return status == 408 || status == 429 || (status >= 500 && status <= 599); }
 
 /* scheme://host:port of url, lower-case host, default ports filled in */
@@ -266,14 +273,8 @@ enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method,
   return request(env, method, url, sink, range_from, HUB_NO_RANGE, r, err);
 }
 
-enum mtpq_status hub_request_range(const struct mtpq_hub_env *env, const char *url, FILE *sink, uint64_t from,
-                                   uint64_t to, struct hub_resp *r, struct mtpq_err *err) {
-  return request(env, "GET", url, sink, from, to, r, err);
-}
-
 enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url, FILE *f, uint64_t from, uint64_t to,
                                  uint64_t *got, struct mtpq_err *err) {
-  static const double waits[] = {1, 2, 4, 8, 8};
   uint64_t pos = from;
   long start = ftell(f);
   for (int fails = 0; pos <= to;) {
@@ -294,7 +295,7 @@ enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url
     if (!st && status == 206 && pos > to) return MTPQ_OK;
     if (++fails > 5)
       return st ? st : mtpq_err_set(err, MTPQ_E_NET, "%s: gave up after 5 retries (HTTP %ld)", url, status);
-    hub_sleep((ra >= 0 ? ra + 1 : waits[fails - 1]) * env->backoff_s);
+    hub_backoff(env, fails - 1, ra);
   }
   return MTPQ_OK;
 }
@@ -302,19 +303,19 @@ enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url
 enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, const char *url, const char *ctype,
                           const void *mem, FILE *f, uint64_t off, uint64_t len, int retry, struct hub_resp *r,
                           struct mtpq_err *err) {
-  static const double waits[] = {1, 2, 4, 8, 8};
   struct body b = {ctype, mem, f, off, len, 0};
   for (int attempt = 0;; attempt++) {
-    enum mtpq_status st = request_body(env, method, url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, &b, r, err);
+    enum mtpq_status st =
+        request_body(env, method, url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, mem || f ? &b : NULL, r, err);
     int again = retry && ((st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(r->status)));
     if (!again || attempt == 5) {
       if (!st && r->status >= 400) st = hub_status_error(r, url, err);
       if (st) hub_resp_free(r);
       return st;
     }
-    double w = r->retry_after >= 0 ? (r->retry_after + 1) : waits[attempt];
+    double ra = r->retry_after;
     hub_resp_free(r);
-    hub_sleep(w * env->backoff_s);
+    hub_backoff(env, attempt, ra);
   }
 }
 
@@ -328,17 +329,5 @@ enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, st
 }
 
 enum mtpq_status hub_get(const struct mtpq_hub_env *env, const char *url, struct hub_resp *r, struct mtpq_err *err) {
-  static const double waits[] = {1, 2, 4, 8, 8};
-  for (int attempt = 0;; attempt++) {
-    enum mtpq_status st = hub_request(env, "GET", url, NULL, HUB_NO_RANGE, r, err);
-    int retry = (st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(r->status));
-    if (!retry || attempt == 5) {
-      if (!st && r->status >= 400) st = hub_status_error(r, url, err);
-      if (st) hub_resp_free(r); /* callers own r only on success */
-      return st;
-    }
-    double w = r->retry_after >= 0 ? (r->retry_after + 1) : waits[attempt];
-    hub_resp_free(r);
-    hub_sleep(w * env->backoff_s);
-  }
+  return hub_send(env, "GET", url, NULL, NULL, NULL, 0, 0, 1, r, err);
 }

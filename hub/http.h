@@ -32,9 +32,7 @@ void hub_resp_free(struct hub_resp *r);
  * MTPQ_OK with r->status set, or E_NET when no HTTP response came. */
 enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method, const char *url, FILE *sink,
                              uint64_t range_from, struct hub_resp *r, struct mtpq_err *err);
-enum mtpq_status hub_request_range(const struct mtpq_hub_env *env, const char *url, FILE *sink, uint64_t from,
-                                   uint64_t to, struct hub_resp *r, struct mtpq_err *err);
-/* Bytes [from, to] of url appended to f (or into r's body when f is NULL),
+/* Bytes [from, to] of url appended to f,
  * retrying cut connections and 408/429/5xx like a download; a 200 (Range
  * ignored) is refused. *got counts bytes received. */
 enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url, FILE *f, uint64_t from, uint64_t to,
@@ -44,12 +42,16 @@ enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url
  * (401, 403) or E_SERVER with the server's message. */
 enum mtpq_status hub_get(const struct mtpq_hub_env *env, const char *url, struct hub_resp *r, struct mtpq_err *err);
 /* A request with a body: mem (len bytes) or, when f is set, bytes
- * [off, off + len) of f (Content-Length set, never chunked). ctype may be
- * NULL. Retries like hub_get when retry is set (never for a commit). */
+ * [off, off + len) of f (Content-Length set, never chunked); neither: no
+ * body. ctype may be NULL. With retry set, retries like hub_get (never set
+ * it for a commit). Errors free r. */
 enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, const char *url, const char *ctype,
                           const void *mem, FILE *f, uint64_t off, uint64_t len, int retry, struct hub_resp *r,
                           struct mtpq_err *err);
 int hub_retryable(long status);
+/* Sleep before retry `attempt` (0-based): 1, 2, 4, 8, 8 s x env->backoff_s,
+ * or retry_after + 1 s when the server said (>= 0). */
+void hub_backoff(const struct mtpq_hub_env *env, int attempt, double retry_after);
 void hub_sleep(double s);
 enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, struct mtpq_err *err);
 #endif
