@@ -33,52 +33,28 @@ struct mtpq_st_writer {
   uint64_t data_start;
 };
 
-/* Growable string for the header. */
-struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-};
+/* The header is built in an mtpq__buf (io/util.h). */
+static void sb_str(struct mtpq__buf *b, const char *s) { mtpq__buf_put(b, s, strlen(s)); }
 
-static void sb_put(struct sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap : 256;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
-static void sb_str(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_jstr(struct sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
+static void sb_jstr(struct mtpq__buf *b, const char *s) {
+  mtpq__buf_put(b, "\"", 1);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     char esc[8];
     if (*p == '"' || *p == '\\') {
       esc[0] = '\\';
       esc[1] = (char)*p;
-      sb_put(b, esc, 2);
+      mtpq__buf_put(b, esc, 2);
     } else if (*p < 0x20) {
       snprintf(esc, sizeof esc, "\\u%04x", *p);
-      sb_put(b, esc, 6);
+      mtpq__buf_put(b, esc, 6);
     } else {
-      sb_put(b, (const char *)p, 1);
+      mtpq__buf_put(b, (const char *)p, 1);
     }
   }
-  sb_put(b, "\"", 1);
+  mtpq__buf_put(b, "\"", 1);
 }
 
-static void sb_u64(struct sbuf *b, uint64_t v) {
+static void sb_u64(struct mtpq__buf *b, uint64_t v) {
   char tmp[24];
   snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
   sb_str(b, tmp);
@@ -180,7 +156,7 @@ static int cmp_meta(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static enum mtpq_status build_header(struct mtpq_st_writer *w, struct sbuf *b,
+static enum mtpq_status build_header(struct mtpq_st_writer *w, struct mtpq__buf *b,
                                      struct mtpq_err *err) {
   if (w->n) qsort(w->t, w->n, sizeof *w->t, cmp_wname);
   struct wtensor **ord = malloc((w->n ? w->n : 1) * sizeof *ord);
@@ -197,39 +173,39 @@ static enum mtpq_status build_header(struct mtpq_st_writer *w, struct sbuf *b,
    * 2-pointer record orders the pairs. */
   if (w->n_meta) qsort(w->meta, w->n_meta, 2 * sizeof *w->meta, cmp_meta);
 
-  sb_put(b, "{", 1);
+  mtpq__buf_put(b, "{", 1);
   int first = 1;
   if (w->n_meta) {
     sb_str(b, "\"__metadata__\":{");
     for (size_t i = 0; i < w->n_meta; i++) {
-      if (i) sb_put(b, ",", 1);
+      if (i) mtpq__buf_put(b, ",", 1);
       sb_jstr(b, w->meta[2 * i]);
-      sb_put(b, ":", 1);
+      mtpq__buf_put(b, ":", 1);
       sb_jstr(b, w->meta[2 * i + 1]);
     }
-    sb_put(b, "}", 1);
+    mtpq__buf_put(b, "}", 1);
     first = 0;
   }
   for (size_t i = 0; i < w->n; i++) {
     const struct wtensor *t = &w->t[i];
-    if (!first) sb_put(b, ",", 1);
+    if (!first) mtpq__buf_put(b, ",", 1);
     first = 0;
     sb_jstr(b, t->name);
     sb_str(b, ":{\"dtype\":\"");
     sb_str(b, mtpq_dtype_name(t->dtype));
     sb_str(b, "\",\"shape\":[");
     for (int d = 0; d < t->rank; d++) {
-      if (d) sb_put(b, ",", 1);
+      if (d) mtpq__buf_put(b, ",", 1);
       sb_u64(b, (uint64_t)t->shape[d]);
     }
     sb_str(b, "],\"data_offsets\":[");
     sb_u64(b, t->begin);
-    sb_put(b, ",", 1);
+    mtpq__buf_put(b, ",", 1);
     sb_u64(b, t->begin + t->nbytes);
     sb_str(b, "]}");
   }
-  sb_put(b, "}", 1);
-  while (b->n % 8) sb_put(b, " ", 1);
+  mtpq__buf_put(b, "}", 1);
+  while (b->n % 8) mtpq__buf_put(b, " ", 1);
   if (b->oom) return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: out of memory", w->path);
   return MTPQ_OK;
 }
@@ -253,7 +229,7 @@ static enum mtpq_status pwrite_all(int fd, const void *p, uint64_t n, uint64_t o
 
 enum mtpq_status mtpq_stw_begin(struct mtpq_st_writer *w, struct mtpq_err *err) {
   if (w->begun) return mtpq_err_set(err, MTPQ_E_INVAL, "%s: begin called twice", w->path);
-  struct sbuf b = {0};
+  struct mtpq__buf b = {0};
   enum mtpq_status st = build_header(w, &b, err);
   if (st) {
     free(b.p);

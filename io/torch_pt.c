@@ -6,37 +6,15 @@
 
 #include "io/util.h"
 
-struct buf {
-  unsigned char *p;
-  size_t n, cap;
-  int oom;
-};
-
-static void put(struct buf *b, const void *s, size_t n) {
-  if (b->oom || n == 0) return;
-  if (b->n + n > b->cap) {
-    size_t nc = b->cap ? b->cap : 4096;
-    while (nc < b->n + n) nc *= 2;
-    unsigned char *np = realloc(b->p, nc);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-}
-
-static void put_u8(struct buf *b, unsigned v) {
+/* Output is built in mtpq__buf strings (io/util.h). */
+static void put_u8(struct mtpq__buf *b, unsigned v) {
   unsigned char c = (unsigned char)v;
-  put(b, &c, 1);
+  mtpq__buf_put(b, &c, 1);
 }
-static void put_le(struct buf *b, uint64_t v, int bytes) {
+static void put_le(struct mtpq__buf *b, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; i++) put_u8(b, (unsigned)(v >> (8 * i)) & 0xFF);
 }
-static void put_str(struct buf *b, const char *s) { put(b, s, strlen(s)); }
+static void put_str(struct mtpq__buf *b, const char *s) { mtpq__buf_put(b, s, strlen(s)); }
 
 static uint32_t crc32_of(const unsigned char *p, size_t n) {
   static uint32_t table[256];
@@ -52,12 +30,12 @@ static uint32_t crc32_of(const unsigned char *p, size_t n) {
 }
 
 /* Pickle opcodes used below (protocol 2). */
-static void pk_unicode(struct buf *b, const char *s) {
+static void pk_unicode(struct mtpq__buf *b, const char *s) {
   put_u8(b, 'X');
   put_le(b, strlen(s), 4);
   put_str(b, s);
 }
-static void pk_int(struct buf *b, uint64_t v) {
+static void pk_int(struct mtpq__buf *b, uint64_t v) {
   if (v < 256) {
     put_u8(b, 'K');
     put_u8(b, (unsigned)v);
@@ -71,7 +49,7 @@ static void pk_int(struct buf *b, uint64_t v) {
   }
 }
 
-static void build_pickle(struct buf *b, size_t n) {
+static void build_pickle(struct mtpq__buf *b, size_t n) {
   put_u8(b, 0x80), put_u8(b, 2);                        /* PROTO 2 */
   put_str(b, "ctorch._utils\n_rebuild_tensor_v2\n");    /* GLOBAL */
   put_u8(b, '(');                                       /* MARK: args */
@@ -104,7 +82,7 @@ struct entry {
 
 /* Local header, padded with an extra field so the data starts 64-aligned
  * (what torch's own writer does, so the file can be memory-mapped). */
-static void put_local(struct buf *z, struct entry *e) {
+static void put_local(struct mtpq__buf *z, struct entry *e) {
   e->offset = z->n;
   size_t nl = strlen(e->name);
   size_t data_at = z->n + 30 + nl + 4; /* with a 4-byte extra header */
@@ -117,10 +95,10 @@ static void put_local(struct buf *z, struct entry *e) {
   put_str(z, e->name);
   put_le(z, 0x4246, 2), put_le(z, pad, 2); /* extra field "FB": padding */
   for (size_t i = 0; i < pad; i++) put_u8(z, 'Z');
-  put(z, e->data, e->n);
+  mtpq__buf_put(z, e->data, e->n);
 }
 
-static void put_central(struct buf *z, const struct entry *e) {
+static void put_central(struct mtpq__buf *z, const struct entry *e) {
   put_le(z, 0x02014b50u, 4);
   put_le(z, 20, 2), put_le(z, 20, 2), put_le(z, 0, 2), put_le(z, 0, 2);
   put_le(z, 0, 2), put_le(z, 0x21, 2);
@@ -135,13 +113,13 @@ enum mtpq_status mtpq_pt_write_i64(const char *path, const int64_t *v, size_t n,
                                    struct mtpq_err *err) {
   if (n * 8 >= 0xFFFFFFFFu)
     return mtpq_err_set(err, MTPQ_E_INVAL, "%s: %zu values need zip64, not supported", path, n);
-  struct buf pk = {0}, data = {0}, z = {0};
+  struct mtpq__buf pk = {0}, data = {0}, z = {0};
   build_pickle(&pk, n);
   for (size_t i = 0; i < n; i++) put_le(&data, (uint64_t)v[i], 8);
   struct entry e[4] = {
-      {"archive/data.pkl", pk.p, pk.n, 0, 0},
+      {"archive/data.pkl", (const unsigned char *)pk.p, pk.n, 0, 0},
       {"archive/byteorder", (const unsigned char *)"little", 6, 0, 0},
-      {"archive/data/0", data.p, data.n, 0, 0},
+      {"archive/data/0", (const unsigned char *)data.p, data.n, 0, 0},
       {"archive/version", (const unsigned char *)"3\n", 2, 0, 0},
   };
   for (int i = 0; i < 4; i++) {

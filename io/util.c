@@ -26,6 +26,24 @@ static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *
 
 void mtpq__rmtree(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
+void mtpq__buf_put(struct mtpq__buf *b, const void *s, size_t n) {
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t nc = b->cap ? b->cap : 256;
+    while (nc < b->n + n + 1) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np) {
+      b->oom = 1;
+      return;
+    }
+    b->p = np;
+    b->cap = nc;
+  }
+  if (n) memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = '\0';
+}
+
 char *mtpq__strdup(const char *s) {
   if (!s) return NULL;
   size_t n = strlen(s) + 1;

@@ -14,6 +14,15 @@ char *mtpq__strdup(const char *s);
 int mtpq__ends_with(const char *s, const char *suf);
 /* Remove a directory tree (no links followed); best effort. */
 void mtpq__rmtree(const char *dir);
+/* A growable byte string, kept NUL-terminated. Appends after a failed
+ * allocation are dropped and oom stays set, so callers check once at the
+ * end. Free p with free(). */
+struct mtpq__buf {
+  char *p;
+  size_t n, cap;
+  int oom;
+};
+void mtpq__buf_put(struct mtpq__buf *b, const void *s, size_t n);
 /* "<a>/<b>" in a new string (free with free()); NULL on OOM. */
 char *mtpq__path_join(const char *a, const char *b);
 /* 1 if path names an existing regular file / directory. */
