@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -68,31 +67,6 @@ static enum mtpq_status parent_dirs(const char *file, struct mtpq_err *err) {
   if (!s) return MTPQ_OK;
   *s = 0;
   return hub_mkdirs(d, err);
-}
-
-/* content hash the cache names the blob by: sha256 (LFS) or git's blob sha1 */
-enum mtpq_status hub_file_digest(const char *path, int lfs, uint64_t size, char *hex, struct mtpq_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: %s", path, strerror(errno));
-  EVP_MD_CTX *m = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(m, lfs ? EVP_sha256() : EVP_sha1(), NULL);
-  if (!lfs) {
-    char h[64];
-    int n = snprintf(h, sizeof h, "blob %llu", (unsigned long long)size);
-    EVP_DigestUpdate(m, h, (size_t)n + 1); /* including the NUL */
-  }
-  static unsigned char buf[1 << 20];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) EVP_DigestUpdate(m, buf, n);
-  int bad = ferror(f);
-  fclose(f);
-  unsigned char d[EVP_MAX_MD_SIZE];
-  unsigned dl = 0;
-  EVP_DigestFinal_ex(m, d, &dl);
-  EVP_MD_CTX_free(m);
-  if (bad) return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: read error", path);
-  for (unsigned i = 0; i < dl; i++) sprintf(hex + 2 * i, "%02x", d[i]);
-  return MTPQ_OK;
 }
 
 char *hub_escape_path(CURL *c, const char *p) {
@@ -283,8 +257,8 @@ static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct 
                       (unsigned long long)e->size);
     goto done;
   }
-  char hex[2 * EVP_MAX_MD_SIZE + 1];
-  if ((st = hub_file_digest(part, e->lfs, e->size, hex, err))) goto done;
+  char hex[65];
+  if ((st = mtpq__file_digest(part, !e->lfs, hex, NULL, err))) goto done;
   if (strcmp(hex, e->etag) != 0) {
     unlink(part);
     st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: content %s is %s but the hub says %s (partial file removed)", e->path,

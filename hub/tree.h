@@ -18,8 +18,5 @@ enum mtpq_status hub_list_tree(const struct mtpq_hub_env *env, const char *repo,
                                struct hub_entry **out, int *nout, struct mtpq_err *err);
 void hub_free_entries(struct hub_entry *e, int n);
 char *hub_escape_path(CURL *c, const char *path); /* percent-encoded, '/' kept; free() it */
-/* The id the Hub names content by: lowercase hex sha256 (lfs) or git's
- * blob sha1 over "blob <size>\0" + bytes; hex needs 65 bytes. */
-enum mtpq_status hub_file_digest(const char *path, int lfs, uint64_t size, char *hex, struct mtpq_err *err);
 enum mtpq_status hub_mkdirs(const char *path, struct mtpq_err *err);
 #endif

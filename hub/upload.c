@@ -417,7 +417,7 @@ enum mtpq_status mtpq_hub_upload(const struct mtpq_hub_env *env, const struct mt
     if (f[i].skip) continue;
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", o->dir, f[i].path);
-    st = hub_file_digest(p, f[i].lfs, f[i].size, f[i].oid, err);
+    st = mtpq__file_digest(p, !f[i].lfs, f[i].oid, NULL, err);
     if (!st && f[i].remote[0] && strcmp(f[i].remote, f[i].oid) == 0) f[i].skip = 1, res->unchanged++;
   }
   int todo = 0;

@@ -5,6 +5,7 @@
 
 #include <ftw.h>
 #include <errno.h>
+#include <openssl/evp.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,41 @@ void mtpq__buf_put(struct mtpq__buf *b, const void *s, size_t n) {
   if (n) memcpy(b->p + b->n, s, n);
   b->n += n;
   b->p[b->n] = '\0';
+}
+
+enum mtpq_status mtpq__file_digest(const char *path, int git_blob_sha1, char *hex, uint64_t *size,
+                                   struct mtpq_err *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  enum { CHUNK = 1 << 20 };
+  unsigned char *buf = malloc(CHUNK);
+  EVP_MD_CTX *m = EVP_MD_CTX_new();
+  if (fstat(fileno(f), &sb) != 0 || !buf || !m) {
+    fclose(f);
+    free(buf);
+    EVP_MD_CTX_free(m);
+    return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: cannot hash: out of memory or fstat failed", path);
+  }
+  EVP_DigestInit_ex(m, git_blob_sha1 ? EVP_sha1() : EVP_sha256(), NULL);
+  if (git_blob_sha1) {
+    char h[64];
+    int n = snprintf(h, sizeof h, "blob %llu", (unsigned long long)sb.st_size);
+    EVP_DigestUpdate(m, h, (size_t)n + 1); /* including the NUL */
+  }
+  size_t n;
+  while ((n = fread(buf, 1, CHUNK, f)) > 0) EVP_DigestUpdate(m, buf, n);
+  int bad = ferror(f);
+  fclose(f);
+  free(buf);
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned dl = 0;
+  EVP_DigestFinal_ex(m, d, &dl);
+  EVP_MD_CTX_free(m);
+  if (bad) return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: read error", path);
+  for (unsigned i = 0; i < dl; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  if (size) *size = (uint64_t)sb.st_size;
+  return MTPQ_OK;
 }
 
 char *mtpq__strdup(const char *s) {

@@ -23,6 +23,11 @@ struct mtpq__buf {
   int oom;
 };
 void mtpq__buf_put(struct mtpq__buf *b, const void *s, size_t n);
+/* Stream a file through sha256 (git_blob_sha1 0) or git's blob id, the
+ * sha1 of "blob <size>\0" + bytes (1); hex gets lowercase hex + NUL (65
+ * bytes suffice); *size (may be NULL) the file's length. */
+enum mtpq_status mtpq__file_digest(const char *path, int git_blob_sha1, char *hex, uint64_t *size,
+                                   struct mtpq_err *err);
 /* "<a>/<b>" in a new string (free with free()); NULL on OOM. */
 char *mtpq__path_join(const char *a, const char *b);
 /* 1 if path names an existing regular file / directory. */

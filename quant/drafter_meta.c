@@ -3,7 +3,6 @@
  * copies of the target's generation/tokenizer files, and the manifest. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,20 +251,14 @@ static enum mtpq_status write_manifest(const struct mtpq_drafter_params *p, cons
   cJSON *files = cJSON_AddObjectToObject(m, "files");
   enum mtpq_status st = MTPQ_OK;
   for (size_t i = 0; i < nn && !st; i++) {
-    char *path = mtpq__path_join(dir, names[i]), *buf = NULL;
-    size_t len = 0;
-    st = path ? mtpq__read_file(path, (size_t)64 << 30, &buf, &len, err) : mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
+    char *path = mtpq__path_join(dir, names[i]), hex[65];
+    uint64_t len = 0; /* streamed: shards can be GBs */
+    st = path ? mtpq__file_digest(path, 0, hex, &len, err) : mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
     if (!st) {
-      unsigned char md[32];
-      unsigned int ml = 0;
-      char hex[65];
-      EVP_Digest(buf, len, md, &ml, EVP_sha256(), NULL);
-      for (int k = 0; k < 32; k++) snprintf(hex + 2 * k, 3, "%02x", md[k]);
       cJSON *f = cJSON_AddObjectToObject(files, names[i]);
       cJSON_AddNumberToObject(f, "bytes", (double)len);
       cJSON_AddStringToObject(f, "sha256", hex);
     }
-    free(buf);
     free(path);
   }
   for (size_t i = 0; i < nn; i++) free(names[i]);
