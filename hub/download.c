@@ -294,6 +294,12 @@ static enum mtpq_status link_snapshot(const char *rdir, const char *commit, cons
   return MTPQ_OK;
 }
 
+/* models--{org}--{name}: "/" of the repo id becomes "--", case kept */
+static void repo_dir(const struct mtpq_hub_env *env, const char *repo, char *out, size_t cap) {
+  const char *slash = strchr(repo, '/');
+  snprintf(out, cap, "%s/models--%.*s--%s", env->cache, (int)(slash - repo), repo, slash + 1);
+}
+
 static int selected(const struct mtpq_download_opts *o, const char *path) {
   if (o->ninclude == 0) return 1;
   for (int i = 0; i < o->ninclude; i++)
@@ -309,10 +315,8 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
     return mtpq_err_set(err, MTPQ_E_INVAL, "'%s' is not a repo id of the form org/name", o->repo);
   if (!*rev || strstr(rev, "..") || rev[0] == '/' || strlen(rev) > 200)
     return mtpq_err_set(err, MTPQ_E_INVAL, "'%s' is not a valid revision", rev);
-  /* models--{org}--{name}: "/" of the repo id becomes "--", case kept */
-  const char *slash = strchr(o->repo, '/');
   char rdir[1500];
-  snprintf(rdir, sizeof rdir, "%s/models--%.*s--%s", env->cache, (int)(slash - o->repo), o->repo, slash + 1);
+  repo_dir(env, o->repo, rdir, sizeof rdir);
   enum mtpq_status st;
   if (env->offline) { /* serve from the cache: refs/<rev> or the commit itself */
     char p[2100];
@@ -337,6 +341,19 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
   struct entry *e = NULL;
   int n = 0;
   if ((st = hub_list_tree(env, o->repo, res->commit, &e, &n, err))) return st;
+  st = hub_fetch_listed(env, o, e, n, res, err);
+  hub_free_entries(e, n);
+  if (!st && strcmp(rev, res->commit) != 0) st = write_ref(rdir, rev, res->commit, err);
+  return st;
+}
+
+enum mtpq_status hub_fetch_listed(const struct mtpq_hub_env *env, const struct mtpq_download_opts *o,
+                                  const struct hub_entry *e, int n, struct mtpq_download_result *res,
+                                  struct mtpq_err *err) {
+  char rdir[1500];
+  repo_dir(env, o->repo, rdir, sizeof rdir);
+  snprintf(res->snapshot, sizeof res->snapshot, "%s/snapshots/%s", rdir, res->commit);
+  enum mtpq_status st = MTPQ_OK;
   for (int i = 0; i < n && !st; i++) {
     if (!selected(o, e[i].path)) continue;
     res->files++;
@@ -349,7 +366,5 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
     if (stat(blob, &sb) != 0) st = fetch_blob(env, o, rdir, res->commit, &e[i], res, err);
     if (!st) st = link_snapshot(rdir, res->commit, &e[i], err);
   }
-  hub_free_entries(e, n);
-  if (!st && strcmp(rev, res->commit) != 0) st = write_ref(rdir, rev, res->commit, err);
   return st;
 }

@@ -152,8 +152,9 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
                                       "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
                                       "chat_template.jinja", "*.safetensors.index.json"};
   struct mtpq_download_opts o = {repo, res->commit, small, (int)(sizeof small / sizeof small[0]), NULL, NULL};
-  struct mtpq_download_result dr;
-  if ((st = mtpq_hub_download(env, &o, &dr, err))) goto out;
+  struct mtpq_download_result dr = {0};
+  memcpy(dr.commit, res->commit, sizeof dr.commit); /* the tree is listed once, above */
+  if ((st = hub_fetch_listed(env, &o, e, n, &dr, err))) goto out;
   res->bytes_fetched += dr.bytes_fetched;
   char tmp[1800];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", res->dir, (long)getpid());

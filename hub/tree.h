@@ -16,6 +16,11 @@ enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *
                                     struct mtpq_err *err);
 enum mtpq_status hub_list_tree(const struct mtpq_hub_env *env, const char *repo, const char *commit,
                                struct hub_entry **out, int *nout, struct mtpq_err *err);
+/* The download loop over an already listed tree at res->commit (set by the
+ * caller): fetch and link the entries o's globs select; sets res->snapshot. */
+enum mtpq_status hub_fetch_listed(const struct mtpq_hub_env *env, const struct mtpq_download_opts *o,
+                                  const struct hub_entry *e, int n, struct mtpq_download_result *res,
+                                  struct mtpq_err *err);
 void hub_free_entries(struct hub_entry *e, int n);
 char *hub_escape_path(CURL *c, const char *path); /* percent-encoded, '/' kept; free() it */
 enum mtpq_status hub_mkdirs(const char *path, struct mtpq_err *err);

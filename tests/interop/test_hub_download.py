@@ -235,6 +235,8 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"hub quantize: fetched {got} of {repo} bytes (expected {want})")
         check(got == want, f"fetched {got} bytes from the fake hub, expected exactly {want} (repo {repo})")
         check(want < repo, f"nothing saved: {want} of {repo}")
+        trees = sum(1 for l in open(log) if "/tree/" in json.loads(l)["path"])
+        check(trees == 1, f"the tree was listed {trees} times in one hub quantize")
         p = subprocess.run([MTPQ, "verify-bitexact", local, remote], capture_output=True, text=True)
         check(p.returncode == 0, f"hub vs local repo: {p.stdout[-500:]} {p.stderr}")
         for f in sorted(os.listdir(local)):
