@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "hub/hub.h"
 #include "io/status.h"
 
 /* ---- messages (cli/msg.c) ---- */
@@ -27,6 +28,13 @@ const char *cli_bytes(unsigned long long n, char *buf, size_t cap);
 /* ---- timing (cli/timing.c) ---- */
 double cli_now_s(void); /* CLOCK_MONOTONIC seconds */
 double cli_median(double *t, int n); /* sorts t */
+
+/* ---- Hub targets (cli/hub_target.c) ---- */
+/* TARGET as given if it is a local path; else a Hub repo id: fetch the
+ * tensors `want` accepts (want NULL: only the shards' headers, for inspect)
+ * and put the cached directory in dir. Returns 0 or the exit code. */
+int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_tensor_want_fn want,
+                   const char *selection, char *dir, size_t cap);
 
 /* ---- options (cli/opts.c) ---- */
 enum cli_opt_kind { OPT_FLAG, OPT_STR, OPT_UINT, OPT_REAL };

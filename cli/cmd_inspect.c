@@ -10,6 +10,7 @@
 const struct cli_opt inspect_opts[] = {
     {"json", 0, OPT_FLAG, 0, NULL, "print one JSON object instead of text"},
     {"summary", 's', OPT_FLAG, 0, NULL, "text mode: omit the per-tensor table"},
+    {"revision", 0, OPT_STR, 0, "REV", "with a Hub repo id (org/name): branch, tag or commit (default main)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -197,7 +198,10 @@ int cmd_inspect(int argc, char **argv) {
   int help;
   if (cli_parse("inspect", inspect_opts, argc, argv, &a, &help)) return MTPQ_EXIT_USAGE;
   if (a.npos != 1) return cli_usage_error("inspect", "inspect needs exactly one PATH");
-  const char *path = a.pos[0];
+  static char path[2048]; /* a Hub repo id: only the shards' headers are fetched (Range) */
+  int hrc = cli_hub_target("inspect", a.pos[0], cli_str(inspect_opts, &a, "revision"), NULL, "headers", path,
+                           sizeof path);
+  if (hrc) return hrc;
   struct mtpq_err err = {0};
   struct mtpq_repo *r = NULL;
   enum mtpq_status st = mtpq_repo_open(path, &r, &err);
@@ -225,9 +229,9 @@ int cmd_inspect(int argc, char **argv) {
     cli_error("out of memory");
     rc = MTPQ_EXIT_FAILURE;
   } else if (cli_has(inspect_opts, &a, "json")) {
-    rc = print_json(path, r, have_cfg ? &cfg : NULL, &d, g, ng);
+    rc = print_json(a.pos[0], r, have_cfg ? &cfg : NULL, &d, g, ng);
   } else {
-    print_text(path, r, have_cfg ? &cfg : NULL, &d, g, ng, cli_has(inspect_opts, &a, "summary"));
+    print_text(a.pos[0], r, have_cfg ? &cfg : NULL, &d, g, ng, cli_has(inspect_opts, &a, "summary"));
   }
   free(g);
   if (have_cfg) mtpq_config_free(&cfg);

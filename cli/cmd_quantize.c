@@ -47,27 +47,6 @@ static int drafter_wants(const char *name) {
          (n > 11 && strcmp(name + n - 11, "input_scale") == 0);
 }
 
-/* TARGET is a local directory, or a Hub repo id fetched tensor by tensor. */
-static int hub_target(const char *cmd, const char *target, const char *rev, char *dir, size_t cap) {
-  struct stat sb;
-  if (stat(target, &sb) == 0 || !strchr(target, '/') || target[0] == '/' || target[0] == '.') {
-    snprintf(dir, cap, "%s", target);
-    return 0;
-  }
-  struct mtpq_err err = {0};
-  struct mtpq_hub_env env;
-  struct mtpq_partial_result r;
-  enum mtpq_status st = mtpq_hub_env_load(&env, &err);
-  if (!st) st = mtpq_hub_fetch_partial(&env, target, rev, drafter_wants, "drafter", &r, &err);
-  if (st) return cli_fail(st, &err);
-  if (cli_verbosity < 1) {
-  } else if (r.cached) fprintf(stderr, "mtpq: %s: %s@%s tensors already fetched (%s)\n", cmd, target, r.commit, r.dir);
-  else fprintf(stderr, "mtpq: %s: fetched %d tensors from %d shards of %s@%s: %.1f MB of the repo's %.1f MB\n", cmd, r.tensors,
-                r.shards, target, r.commit, (double)r.bytes_fetched / 1e6, (double)r.repo_bytes / 1e6);
-  snprintf(dir, cap, "%s", r.dir);
-  return 0;
-}
-
 static const char *kind_name(enum mtpq_item_kind k) {
   switch (k) {
   case MTPQ_ITEM_NVFP4: return "nvfp4";
@@ -88,7 +67,8 @@ int cmd_quantize(int argc, char **argv) {
   p.out = cli_str(quantize_opts, &a, "out");
   if (!p.vocab_ids || !p.out) return cli_usage_error(cmd, "--vocab and --out are required");
   static char target[2048];
-  int hrc = hub_target(cmd, a.pos[0], cli_str(quantize_opts, &a, "revision"), target, sizeof target);
+  int hrc = cli_hub_target(cmd, a.pos[0], cli_str(quantize_opts, &a, "revision"), drafter_wants, "drafter", target,
+                           sizeof target);
   if (hrc) return hrc;
   p.target = target;
   const char *v;

@@ -81,7 +81,9 @@ enum mtpq_status mtpq_hub_upload(const struct mtpq_hub_env *env, const struct mt
  * index's weight_map cut to match, under
  * $HF_HUB_CACHE/.mtpq-partial/models--org--name/<commit>-<selection>/
  * (built in a temporary directory, renamed on success; reused when
- * present). selection names the predicate in the path. */
+ * present). selection names the predicate in the path. want NULL: headers
+ * only, each shard kept at its full size as a sparse file whose tensor bytes
+ * read as zeros (for inspect: never quantize from such a directory). */
 typedef int (*mtpq_tensor_want_fn)(const char *name);
 struct mtpq_partial_result {
   char commit[41];

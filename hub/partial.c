@@ -29,8 +29,11 @@ static int by_begin(const void *x, const void *y) {
 
 /* One shard: header by Range, then the wanted tensors, coalescing runs of
  * adjacent tensors into one request. Adds kept names to wmap (name->file). */
+static enum mtpq_status headers_only(const char *path, const char *shard, const unsigned char len8[8],
+                                     const char *hdr, uint64_t n, uint64_t size, struct mtpq_err *err);
+
 static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *url, const char *shard,
-                                    const char *out, mtpq_tensor_want_fn want, cJSON *wmap,
+                                    uint64_t shard_size, const char *out, mtpq_tensor_want_fn want, cJSON *wmap,
                                     struct mtpq_partial_result *res, struct mtpq_err *err) {
   FILE *h = tmpfile();
   if (!h) return mtpq_err_set(err, MTPQ_E_IO_WRITE, "tmpfile: %s", strerror(errno));
@@ -56,11 +59,21 @@ static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *
   }
   hdr[n] = 0;
   cJSON *j = cJSON_Parse(hdr);
-  free(hdr);
   if (!cJSON_IsObject(j)) {
+    free(hdr);
     cJSON_Delete(j);
     return mtpq_err_set(err, MTPQ_E_ST_HEADER_NOT_OBJECT, "%s: the header is not a JSON object", shard);
   }
+  if (!want) { /* headers only: the shard as a sparse file of its full size */
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", out, shard);
+    st = headers_only(path, shard, len8, hdr, n, shard_size, err);
+    if (!st) res->shards++, res->tensors += cJSON_GetArraySize(j) - (cJSON_GetObjectItem(j, "__metadata__") != NULL);
+    free(hdr);
+    cJSON_Delete(j);
+    return st;
+  }
+  free(hdr);
   int cnt = cJSON_GetArraySize(j), nk = 0;
   struct kept *k = calloc((size_t)cnt + 1, sizeof *k);
   cJSON *it;
@@ -126,6 +139,22 @@ static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *
   return st;
 }
 
+/* The original length and header bytes, then a hole up to the shard's size:
+ * a valid safetensors file whose tensor bytes read as zeros, which costs no
+ * disk and is only ever read for its header (mtpq inspect). */
+static enum mtpq_status headers_only(const char *path, const char *shard, const unsigned char len8[8],
+                                     const char *hdr, uint64_t n, uint64_t size, struct mtpq_err *err) {
+  if (size < 8 + n)
+    return mtpq_err_set(err, MTPQ_E_ST_HEADER_PAST_EOF, "%s: header of %llu bytes but the file has %llu", shard,
+                        (unsigned long long)n, (unsigned long long)size);
+  FILE *f = fopen(path, "wb");
+  if (!f) return mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", path, strerror(errno));
+  int bad = fwrite(len8, 1, 8, f) != 8 || fwrite(hdr, 1, n, f) != n || fflush(f) ||
+            ftruncate(fileno(f), (off_t)size) != 0;
+  if (fclose(f)) bad = 1;
+  return bad ? mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", path, strerror(errno)) : MTPQ_OK;
+}
+
 enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const char *repo, const char *revision,
                                         mtpq_tensor_want_fn want, const char *selection,
                                         struct mtpq_partial_result *res, struct mtpq_err *err) {
@@ -151,7 +180,9 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
   static const char *const small[] = {"config.json", "generation_config.json", "tokenizer.json",
                                       "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
                                       "chat_template.jinja", "*.safetensors.index.json"};
-  struct mtpq_download_opts o = {repo, res->commit, small, (int)(sizeof small / sizeof small[0]), NULL, NULL};
+  static const char *const describe[] = {"config.json", "*.safetensors.index.json"}; /* headers only */
+  struct mtpq_download_opts o = {repo, res->commit, want ? small : describe,
+                                 want ? (int)(sizeof small / sizeof small[0]) : 2, NULL, NULL};
   struct mtpq_download_result dr = {0};
   memcpy(dr.commit, res->commit, sizeof dr.commit); /* the tree is listed once, above */
   if ((st = hub_fetch_listed(env, &o, e, n, &dr, err))) goto out;
@@ -169,7 +200,7 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
       char *ep = hub_escape_path(c, e[i].path), url[4096];
       snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", env->endpoint, repo, res->commit, ep);
       free(ep);
-      st = fetch_shard(env, url, e[i].path, tmp, want, wmap, res, err);
+      st = fetch_shard(env, url, e[i].path, e[i].size, tmp, want, wmap, res, err);
     } else {
       char src[2400], dst[2048];
       snprintf(src, sizeof src, "%s/%s", dr.snapshot, e[i].path);
@@ -185,7 +216,7 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
     }
   }
   curl_easy_cleanup(c);
-  if (!st && index_name) { /* the index, cut to the kept tensors */
+  if (!st && index_name) { /* the index, cut to the kept tensors (whole when headers only) */
     char src[2400], dst[2048];
     snprintf(src, sizeof src, "%s/%s", dr.snapshot, index_name);
     snprintf(dst, sizeof dst, "%s/%s", tmp, index_name);
@@ -194,9 +225,11 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
     cJSON *idx = st ? NULL : cJSON_Parse(buf);
     free(buf);
     if (!st && !cJSON_IsObject(idx)) st = mtpq_err_set(err, MTPQ_E_IDX_JSON, "%s: index is not valid JSON", index_name);
-    if (!st) {
+    if (!st && want) {
       cJSON_ReplaceItemInObject(idx, "weight_map", wmap);
       wmap = NULL;
+    }
+    if (!st) {
       char *t = cJSON_Print(idx);
       st = mtpq__write_file_atomic(dst, t, strlen(t), err);
       free(t);
