@@ -22,7 +22,7 @@ fi
 
 # Python test peers (independent implementations the tests compare against).
 if [ "${MTPQ_SKIP_PY:-0}" != 1 ]; then
-  if ! python3 -c 'import safetensors, numpy, ml_dtypes, tokenizers' 2>/dev/null ||
+  if ! python3 -c 'import safetensors, numpy, ml_dtypes, tokenizers, huggingface_hub, moto, boto3, flask' 2>/dev/null ||
      [ "$(python3 -c 'import safetensors; print(safetensors.__version__)')" != 0.8.0 ]; then
     echo "== installing Python test peers"
     python3 -m pip install -q --disable-pip-version-check -r tests/requirements.txt ||

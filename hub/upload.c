@@ -163,17 +163,17 @@ static enum mtpq_status put_part(const struct mtpq_hub_env *env, const char *hre
   return MTPQ_OK;
 }
 
+/* A per-object refusal in the batch answer ({"error": {code, message}}). */
+static enum mtpq_status object_error(const struct ufile *u, cJSON *e, struct mtpq_err *err) {
+  const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(e, "message"));
+  return mtpq_err_set(err, MTPQ_E_SERVER, "%s: the LFS batch refused object %s: %d %s", u->path, u->oid,
+                      (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "code")), m ? m : "");
+}
+
 /* One object of the batch answer: skip, basic PUT, or multipart. */
 static enum mtpq_status send_object(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o,
                                     const struct ufile *u, cJSON *obj, struct mtpq_upload_result *res,
                                     struct mtpq_err *err) {
-  cJSON *e = cJSON_GetObjectItem(obj, "error");
-  if (e)
-    return mtpq_err_set(err, MTPQ_E_SERVER, "%s: the LFS batch refused object %s: %d %s", u->path, u->oid,
-                        (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "code")),
-                        cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")) ? cJSON_GetStringValue(
-                                                                                      cJSON_GetObjectItem(e, "message"))
-                                                                                : "");
   cJSON *act = cJSON_GetObjectItem(obj, "actions");
   cJSON *up = cJSON_GetObjectItem(act, "upload");
   if (!up) {
@@ -252,7 +252,9 @@ static enum mtpq_status lfs_batch(const struct mtpq_hub_env *env, const struct m
   char url[1024];
   snprintf(url, sizeof url, "%s/%s.git/info/lfs/objects/batch", env->endpoint, o->repo);
   int idx[BATCH];
-  enum mtpq_status st = MTPQ_OK;
+  enum mtpq_status st = MTPQ_OK, refused = MTPQ_OK;
+  struct mtpq_err first = {0};
+  int nrefused = 0;
   for (int i = 0; i < n && !st;) {
     int m = 0;
     cJSON *j = cJSON_CreateObject();
@@ -280,12 +282,26 @@ static enum mtpq_status lfs_batch(const struct mtpq_hub_env *env, const struct m
     int seen = 0;
     cJSON_ArrayForEach(ob, cJSON_GetObjectItem(ans, "objects")) {
       const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(ob, "oid"));
-      for (int k = 0; oid && k < m && !st; k++)
-        if (strcmp(f[idx[k]].oid, oid) == 0) st = send_object(env, o, &f[idx[k]], ob, res, err), seen++;
+      for (int k = 0; oid && k < m && !st; k++) {
+        if (strcmp(f[idx[k]].oid, oid) != 0) continue;
+        seen++;
+        cJSON *e = cJSON_GetObjectItem(ob, "error");
+        /* a refused object does not stop the others: the rerun sends only it */
+        if (e && !nrefused++) refused = object_error(&f[idx[k]], e, &first);
+        else if (!e) st = send_object(env, o, &f[idx[k]], ob, res, err);
+      }
       if (st) break;
     }
     cJSON_Delete(ans);
     if (!st && seen < m) st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: the LFS batch answered %d of %d objects", url, seen, m);
+  }
+  if (!st && refused) {
+    *err = first;
+    st = refused;
+    size_t l = strlen(err->msg);
+    snprintf(err->msg + l, sizeof err->msg - l,
+             " (%d object%s refused in all); nothing was committed: a rerun sends only the refused objects", nrefused,
+             nrefused == 1 ? "" : "s");
   }
   return st;
 }

@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
 """A fake Hugging Face Hub on loopback, owned by mtpq's tests.
 
-Serves read-only model repos from local directories with the endpoints
-`mtpq download` uses (hub-protocol.md 2.1-2.5): revision info, the paginated
-tree, /resolve/ (git files inline; files >= --lfs-threshold as LFS: 302 to an
-object store on a second port). Fault injection: 503 or 429 on the first API
-requests, cut connections and ignored Range headers on the store, corrupted
-LFS bytes. Logs every request (with whether it carried authorization) as
-JSON lines to --log. Prints {"hub": port, "store": port} on stdout.
+Serves model repos from local directories with the endpoints mtpq uses
+(hub-protocol.md 2-3): revision info, the paginated tree, /resolve/ (git
+files inline; files >= --lfs-threshold as LFS: 302 to an object store on a
+second port), repo creation, preupload, the LFS batch API (basic and
+multipart), verify and the NDJSON commit.
+
+The object store is either built in (--store builtin, 127.0.0.1: the one
+with connection-level faults) or moto's S3 emulator from PyPI (--store moto,
+on 127.0.0.2: real presigned GET/PUT URLs, multipart uploads with real part
+ETags and CompleteMultipartUpload), wrapped to log and to inject 500s.
+
+Fault injection: 503 or 429 on the first API requests, relative 307
+redirects for a renamed repo (--rename OLD=NEW), cut connections (GET
+mid-body, PUT mid-upload), ignored Range headers, corrupted LFS bytes, 500 on
+store PUTs, per-object errors in the LFS batch answer, 412 on commits.
+Logs every request (with whether it carried authorization) as JSON lines to
+--log. Prints {"hub": port, "store": port} on stdout.
 """
 import argparse
 import base64
@@ -33,13 +43,18 @@ ap.add_argument("--commit-412", type=int, default=0, help="first N commits answe
 ap.add_argument("--put-500", type=int, default=0, help="first N store PUTs answer 500")
 ap.add_argument("--multipart-threshold", type=int, default=1 << 20, help="LFS objects at least this big go multipart")
 ap.add_argument("--chunk-size", type=int, default=256 << 10)
+ap.add_argument("--cut-put", type=int, default=0, help="first N builtin-store PUTs close mid-upload")
+ap.add_argument("--lfs-error", type=int, default=0, help="first N objects to upload get a per-object batch error")
+ap.add_argument("--rename", action="append", default=[], help="OLD=NEW: repo OLD answers 307 to a relative NEW path")
+ap.add_argument("--store", choices=["builtin", "moto"], default="builtin")
 ap.add_argument("--log", default=None)
 args = ap.parse_args()
 
 lock = threading.RLock()
 faults = {"503": args.api_503, "429": args.api_429, "cut": args.cut, "range": args.ignore_range,
-          "412": args.commit_412, "put500": args.put_500}
-repos, objects, parts = {}, {}, {}
+          "412": args.commit_412, "put500": args.put_500, "cutput": args.cut_put, "lfserr": args.lfs_error}
+renamed = dict(x.split("=", 1) for x in args.rename)
+repos = {}
 POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n"
 
 
@@ -48,7 +63,7 @@ def git_sha1(data):
 
 
 def entry(path, data, lfs):
-    """one file of a repo; LFS bytes live in `objects` under their sha256"""
+    """one file of a repo; LFS bytes go to the object store under their sha256"""
     e = {"path": path, "size": len(data)}
     if lfs:
         e["sha256"] = hashlib.sha256(data).hexdigest()
@@ -56,7 +71,7 @@ def entry(path, data, lfs):
         served = bytearray(data)
         if path == args.corrupt:
             served[len(served) // 2] ^= 1
-        objects.setdefault(e["sha256"], bytes(served))
+        store.seed(e["sha256"], bytes(served))
     else:
         e["oid"], e["data"] = git_sha1(data), data
     return e
@@ -65,19 +80,6 @@ def entry(path, data, lfs):
 def new_commit(r, summary):
     r["commit"] = hashlib.sha1((r.get("commit", "") + summary +
                                 json.dumps(sorted((k, v["oid"]) for k, v in r["files"].items()))).encode()).hexdigest()
-
-
-for spec in args.repo:
-    rid, d = spec.split("=", 1)
-    files = {}
-    for root, _, names in os.walk(d):
-        for n in sorted(names):
-            p = os.path.join(root, n)
-            rel = os.path.relpath(p, d)
-            data = open(p, "rb").read()
-            files[rel] = entry(rel, data, len(data) >= args.lfs_threshold)
-    repos[rid] = {"files": files}
-    new_commit(repos[rid], "initial")
 
 
 def take(kind):
@@ -94,6 +96,129 @@ def log(server, h, status, nbytes=0):
             f.write(json.dumps({"server": server, "method": h.command, "path": h.path, "status": status,
                                 "auth": h.headers.get("authorization") is not None,
                                 "range": h.headers.get("range"), "bytes": nbytes}) + "\n")
+
+
+class BuiltinStore:
+    """objects by sha256 in memory, served by the Store handler below"""
+
+    def __init__(self):
+        self.objects, self.parts = {}, {}
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Store)
+        self.port, self.base = self.srv.server_port, f"http://127.0.0.1:{self.srv.server_port}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def seed(self, oid, data):
+        self.objects.setdefault(oid, data)
+
+    def get(self, oid):
+        return self.objects.get(oid)
+
+    def get_url(self, oid):
+        return f"{self.base}/{oid}"
+
+    def put_url(self, oid):
+        return f"{self.base}/put/{oid}"
+
+    def part_urls(self, oid, n):
+        return "builtin", [f"{self.base}/part/{oid}/{i}" for i in range(1, n + 1)]
+
+    def complete(self, oid, upload_id, plist):
+        got, blob = self.parts.get(oid, {}), b""
+        for pe in sorted(plist, key=lambda x: x["partNumber"]):
+            etag, chunk = got.get(pe["partNumber"], (None, None))
+            if etag is None or etag != pe["etag"]:
+                return f"part {pe['partNumber']}: etag {pe['etag']} != {etag}"
+            blob += chunk
+        if hashlib.sha256(blob).hexdigest() != oid:
+            return "assembled parts do not hash to the oid"
+        self.objects[oid] = blob
+        return None
+
+
+class Tap:
+    """WSGI wrapper around moto: logs client requests like the builtin store
+    and injects 500 on PUT; the fake Hub's own boto3 calls pass unlogged"""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        qs = environ.get("QUERY_STRING")
+        h = type("H", (), {})()
+        h.command, h.path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "") + ("?" + qs if qs else "")
+        h.headers = {"authorization": environ.get("HTTP_AUTHORIZATION"), "range": environ.get("HTTP_RANGE")}
+        internal = "Boto3" in environ.get("HTTP_USER_AGENT", "") or "Botocore" in environ.get("HTTP_USER_AGENT", "")
+        if not internal and h.command == "PUT" and take("put500"):
+            environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            log("store", h, 500, 13)
+            start_response("500 Internal Server Error", [("Content-Length", "13")])
+            return [b"InternalError"]
+        st = {}
+
+        def sr(status, headers, exc=None):
+            st["s"] = int(status.split()[0])
+            return start_response(status, headers, exc)
+        it = self.app(environ, sr)
+        try:
+            out = b"".join(it)
+        finally:
+            getattr(it, "close", lambda: None)()
+        if not internal:
+            log("store", h, st.get("s"), len(out) if h.command != "HEAD" else 0)
+        return [out]
+
+
+class MotoStore:
+    """moto's S3 emulator (PyPI) on 127.0.0.2, a different host from the Hub"""
+
+    def __init__(self):
+        import logging
+        import boto3
+        from botocore.config import Config
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        from moto.server import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import make_server
+        self.srv = make_server("127.0.0.2", 0, Tap(DomainDispatcherApplication(create_backend_app)), threaded=True)
+        self.port, self.base = self.srv.server_port, f"http://127.0.0.2:{self.srv.server_port}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.s3 = boto3.client("s3", endpoint_url=self.base, region_name="us-east-1", aws_access_key_id="fake",
+                               aws_secret_access_key="fake",
+                               config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+        self.s3.create_bucket(Bucket="lfs")
+
+    def seed(self, oid, data):
+        self.s3.put_object(Bucket="lfs", Key=oid, Body=data)
+
+    def get(self, oid):
+        try:
+            return self.s3.get_object(Bucket="lfs", Key=oid)["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def _sign(self, op, **kw):
+        return self.s3.generate_presigned_url(op, Params=dict(Bucket="lfs", Key=kw.pop("oid"), **kw), ExpiresIn=3600)
+
+    def get_url(self, oid):
+        return self._sign("get_object", oid=oid)
+
+    def put_url(self, oid):
+        return self._sign("put_object", oid=oid)
+
+    def part_urls(self, oid, n):
+        uid = self.s3.create_multipart_upload(Bucket="lfs", Key=oid)["UploadId"]
+        return uid, [self._sign("upload_part", oid=oid, UploadId=uid, PartNumber=i) for i in range(1, n + 1)]
+
+    def complete(self, oid, upload_id, plist):
+        try:
+            self.s3.complete_multipart_upload(
+                Bucket="lfs", Key=oid, UploadId=upload_id,
+                MultipartUpload={"Parts": [{"ETag": p["etag"], "PartNumber": p["partNumber"]} for p in plist]})
+        except Exception as e:  # moto checks the part ETags
+            return f"CompleteMultipartUpload: {e}"
+        data = self.get(oid)
+        if data is None or hashlib.sha256(data).hexdigest() != oid:
+            return "assembled parts do not hash to the oid"
+        return None
 
 
 def parse_range(rg, size):
@@ -137,6 +262,8 @@ class Hub(Base):
         parts = [urllib.parse.unquote(p) for p in u.path.split("/")]
         if args.token and self.headers.get("authorization") != "Bearer " + args.token:
             return self.error(401, "RepoNotFound", "Invalid credentials in Authorization header")
+        if self.moved(u):
+            return
         if u.path.startswith("/api/"):
             if take("503"):
                 return self.error(503, "Unavailable", "injected 503")
@@ -184,7 +311,7 @@ class Hub(Base):
             if not f:
                 return self.error(404, "EntryNotFound", f"{path} does not exist", [("X-Repo-Commit", r["commit"])])
             if "sha256" in f:
-                loc = f"http://127.0.0.1:{store_port}/{f['sha256']}"
+                loc = store.get_url(f["sha256"])
                 return self.reply(302, b"", [("Location", loc), ("X-Repo-Commit", r["commit"]),
                                              ("X-Linked-Etag", '"%s"' % f["sha256"]),
                                              ("X-Linked-Size", str(f["size"])), ("ETag", '"%s"' % f["oid"])])
@@ -198,6 +325,16 @@ class Hub(Base):
         return self.error(404, "NotFound", f"no route for {u.path}")
 
 
+    def moved(self, u):
+        """a renamed repo: 307 with a relative Location (path only, no host)"""
+        for old, new in renamed.items():
+            for pre in ("/api/models/", "/"):
+                if u.path.startswith(pre + old + "/"):
+                    loc = pre + new + u.path[len(pre + old):] + ("?" + u.query if u.query else "")
+                    self.reply(307, b"", [("Location", loc)])
+                    return True
+        return False
+
     def body(self):
         n = int(self.headers.get("content-length", "0"))
         return self.rfile.read(n)
@@ -208,21 +345,15 @@ class Hub(Base):
         data = self.body()
         # the multipart completion is authorised by its URL, not the token
         if u.path.startswith("/api/complete/"):
-            oid = parts_[3]
-            req = json.loads(data)
-            got = parts.get(oid, {})
-            blob = b""
-            for pe in sorted(req["parts"], key=lambda x: x["partNumber"]):
-                etag, chunk = got.get(pe["partNumber"], (None, None))
-                if etag is None or etag != pe["etag"]:
-                    return self.error(400, "BadPart", f"part {pe['partNumber']}: etag {pe['etag']} != {etag}")
-                blob += chunk
-            if hashlib.sha256(blob).hexdigest() != oid:
-                return self.error(400, "BadObject", "assembled parts do not hash to the oid")
-            objects[oid] = blob
+            oid, uid = parts_[3], urllib.parse.parse_qs(u.query).get("upload_id", [""])[0]
+            why = store.complete(oid, uid, json.loads(data)["parts"])
+            if why:
+                return self.error(400, "BadPart", why)
             return self.reply(200, b"{}")
         if args.token and self.headers.get("authorization") != "Bearer " + args.token:
             return self.error(401, "Unauthorized", "Invalid credentials in Authorization header")
+        if self.moved(u):
+            return
         if take("503"):
             return self.error(503, "Unavailable", "injected 503")
         if u.path == "/api/repos/create":
@@ -252,28 +383,31 @@ class Hub(Base):
         if u.path.endswith(".git/info/lfs/objects/batch"):
             req = json.loads(data)
             hub = f"http://127.0.0.1:{self.server.server_port}"
-            store = f"http://127.0.0.1:{store_port}"
             out = []
             for o in req["objects"]:
                 oid, size = o["oid"], o["size"]
-                if oid in objects:
+                if store.get(oid) is not None:
                     out.append({"oid": oid, "size": size})
+                elif take("lfserr"):
+                    out.append({"oid": oid, "size": size, "error": {"code": 422, "message": "injected object error"}})
                 elif size >= args.multipart_threshold:
                     n = (size + args.chunk_size - 1) // args.chunk_size
                     hdr = {"chunk_size": str(args.chunk_size)}
-                    for i in range(1, n + 1):
-                        hdr["%05d" % i] = f"{store}/part/{oid}/{i}"
-                    out.append({"oid": oid, "size": size,
-                                "actions": {"upload": {"href": f"{hub}/api/complete/{oid}", "header": hdr}}})
+                    uid, urls = store.part_urls(oid, n)
+                    for i, url in enumerate(urls, 1):
+                        hdr["%05d" % i] = url
+                    out.append({"oid": oid, "size": size, "actions": {"upload": {
+                        "href": f"{hub}/api/complete/{oid}?upload_id={urllib.parse.quote(uid)}", "header": hdr}}})
                 else:
                     out.append({"oid": oid, "size": size, "authenticated": True,
-                                "actions": {"upload": {"href": f"{store}/put/{oid}"},
+                                "actions": {"upload": {"href": store.put_url(oid)},
                                             "verify": {"href": f"{hub}/api/lfs-verify", "header": {}}}})
             return self.reply(200, json.dumps({"transfer": "basic", "objects": out}).encode(),
                               [("Content-Type", "application/vnd.git-lfs+json")])
         if u.path == "/api/lfs-verify":
             o = json.loads(data)
-            if objects.get(o["oid"]) is None or len(objects[o["oid"]]) != o["size"]:
+            got = store.get(o["oid"])
+            if got is None or len(got) != o["size"] or hashlib.sha256(got).hexdigest() != o["oid"]:
                 return self.error(404, "NotFound", "object not stored")
             return self.reply(200, b"{}")
         if u.path.startswith("/api/models/") and len(parts_) >= 7 and parts_[5] == "commit":
@@ -294,7 +428,8 @@ class Hub(Base):
                         raw = base64.b64decode(v["content"]) if v.get("encoding") == "base64" else v["content"].encode()
                         r["files"][v["path"]] = entry(v["path"], raw, False)
                     elif l["key"] == "lfsFile":
-                        if v["oid"] not in objects or len(objects[v["oid"]]) != v["size"]:
+                        got = store.get(v["oid"])
+                        if got is None or len(got) != v["size"]:
                             return self.error(422, "BadRequest", f"LFS object {v['oid']} was not uploaded")
                         r["files"][v["path"]] = {"path": v["path"], "size": v["size"], "sha256": v["oid"],
                                                  "oid": git_sha1((POINTER % (v["oid"], v["size"])).encode())}
@@ -310,6 +445,12 @@ class Hub(Base):
 class Store(Base):
     def do_PUT(self):
         n = int(self.headers.get("content-length", "0"))
+        if take("cutput"):  # read half the body, then drop the connection
+            self.rfile.read(n // 2)
+            log("store", self, "cut", 0)
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
         data = self.rfile.read(n)
         if take("put500"):
             return self.reply(500, b"InternalError", server="store")
@@ -317,17 +458,17 @@ class Store(Base):
         if p[0] == "put":
             if hashlib.sha256(data).hexdigest() != p[1]:
                 return self.reply(400, b"BadDigest", server="store")
-            objects[p[1]] = data
+            store.objects[p[1]] = data
             return self.reply(200, b"", server="store")
         if p[0] == "part":
             etag = '"%s"' % hashlib.md5(data).hexdigest()
-            parts.setdefault(p[1], {})[int(p[2])] = (etag, data)
+            store.parts.setdefault(p[1], {})[int(p[2])] = (etag, data)
             return self.reply(200, b"", [("ETag", etag)], server="store")
         return self.reply(404, b"NoSuchKey", server="store")
 
     def do_GET(self):
         oid = self.path.strip("/").split("?")[0]
-        data = objects.get(oid)
+        data = store.objects.get(oid)
         if data is None:
             return self.reply(404, b"NoSuchKey", server="store")
         rg = self.headers.get("range")
@@ -355,11 +496,23 @@ class Store(Base):
         self.reply(status, body, hdr, server="store")
 
 
-store = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Store)
-store_port = store.server_port
+store = MotoStore() if args.store == "moto" else BuiltinStore()
+for spec in args.repo:
+    rid, d = spec.split("=", 1)
+    files = {}
+    for root, _, names in os.walk(d):
+        for n in sorted(names):
+            p = os.path.join(root, n)
+            rel = os.path.relpath(p, d)
+            data = open(p, "rb").read()
+            files[rel] = entry(rel, data, len(data) >= args.lfs_threshold)
+    repos[rid] = {"files": files}
+    new_commit(repos[rid], "initial")
+
+
+
 hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-threading.Thread(target=store.serve_forever, daemon=True).start()
-print(json.dumps({"hub": hub.server_port, "store": store_port}), flush=True)
+print(json.dumps({"hub": hub.server_port, "store": store.port}), flush=True)
 try:
     hub.serve_forever()
 except KeyboardInterrupt:

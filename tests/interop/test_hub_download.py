@@ -10,18 +10,27 @@
   when it downloads the same repo (same blobs, links and refs);
 - a partial blob from an earlier run is resumed (bytes fetched asserted);
 - --include; HF_HUB_OFFLINE; exit codes: bad token 7, missing repo 8,
-  corrupted LFS bytes 8 with nothing left in blobs/, no server 6.
+  corrupted LFS bytes 8 with nothing left in blobs/, no server 6;
+- a renamed repo (relative 307 on every endpoint) is followed, with the
+  token kept on the same host.
+- `mtpq inspect org/model` fetches config, index and each shard's header
+  only (byte count asserted) and prints what a local inspect prints.
 - `mtpq quantize org/target` from the fake Hub (the tiny model, shards as
   LFS files) fetches the small files, each shard's header and only the
   wanted tensors' byte ranges (the byte count is asserted exactly against
   one made here from the headers) and writes the same repo as a local run;
   a second run reuses the fetched tensors.
-- `mtpq upload` (fake Hub with a 503, a 500 on a store PUT, multipart above
-  1 MB): the official client downloads identical files; the token never
+- `mtpq upload` to the fake Hub backed by moto's S3 (PyPI; presigned PUTs,
+  multipart with 5 MiB parts and real ETags; a 503 on the API and a 500 on a
+  store PUT): the official client downloads identical files; the token never
   reaches the store or the multipart completion; an unchanged rerun makes no
-  commit; a commit refused with 412 is reported (exit 8) and the rerun
-  completes without re-sending any object; the official client's
-  upload_folder is fetched identically by `mtpq download`; no token exits 7.
+  commit; the official client's upload_folder is fetched identically by
+  `mtpq download`; no token exits 7.
+- with the built-in store: a commit refused with 412 is reported (exit 8)
+  and the rerun completes without re-sending any object; a per-object LFS
+  batch error plus a connection cut mid-PUT: the other object is still
+  uploaded (the cut PUT retried), exit 8 names the refused file, nothing is
+  committed, and the rerun sends only the refused object.
 Usage: test_hub_download.py MTPQ TESTDATA
 """
 import filecmp
@@ -87,7 +96,7 @@ with tempfile.TemporaryDirectory() as tmp:
         open(os.path.join(src, k), "wb").write(v)
     log = os.path.join(tmp, "hub.log")
     srv, ports = start(src, "--token", "hf_secret", "--api-503", "2", "--api-429", "1", "--cut", "1",
-                       "--ignore-range", "1",
+                       "--ignore-range", "1", "--rename", "org/old-name=org/model",
                        "--page-size", "2", log=log)
     try:
         base = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_secret",
@@ -169,6 +178,16 @@ with tempfile.TemporaryDirectory() as tmp:
         check(p.returncode == 8 and "RepoNotFound" in p.stderr, f"missing repo: {p.returncode} {p.stderr}")
         p = mtpq(dict(base, HF_HUB_CACHE=os.path.join(tmp, "c4")), "not-a-repo-id")
         check(p.returncode == 2, f"bad repo id: {p.returncode} {p.stderr}")
+        # a renamed repo: relative 307s followed on the same host, token kept
+        open(log, "w").close()
+        p = mtpq(dict(base, HF_HUB_CACHE=os.path.join(tmp, "c7")), "org/old-name", "--json")
+        r7 = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(r7.get("files") == 4 and all(open(os.path.join(r7["snapshot"], k), "rb").read() == v
+                                           for k, v in files.items()), f"renamed repo: {p.returncode} {p.stderr}")
+        reqs = [json.loads(l) for l in open(log)]
+        moved = [x for x in reqs if x["status"] == 307]
+        check(len(moved) >= 3 and all(x["auth"] for x in reqs if x["server"] == "hub"),
+              f"relative redirects: {len(moved)} 307s; every hub request must carry the token")
     finally:
         srv.kill()
         srv.wait()
@@ -249,6 +268,23 @@ with tempfile.TemporaryDirectory() as tmp:
         fetched = [json.loads(l) for l in open(log) if json.loads(l)["server"] == "store"]
         check(p.returncode == 0 and "already fetched" in p.stderr and not fetched,
               f"second hub quantize: {p.returncode} {p.stderr} {len(fetched)} store requests")
+        # inspect over Range: config, index and headers only; same report as a local inspect
+        open(log, "w").close()
+        p = subprocess.run([MTPQ, "inspect", "--json", "org/model"], capture_output=True, text=True,
+                           env=dict(env, HF_HUB_CACHE=os.path.join(tmp, "ci")))
+        l = subprocess.run([MTPQ, "inspect", "--json", model], capture_output=True, text=True)
+        check(p.returncode == 0 and l.returncode == 0, f"hub inspect: {p.returncode} {p.stderr}")
+        if p.returncode == 0 and l.returncode == 0:
+            a, b = json.loads(p.stdout), json.loads(l.stdout)
+            a.pop("path", None), b.pop("path", None)
+            check(a == b, "hub inspect and local inspect differ")
+        got = sum(json.loads(x)["bytes"] for x in open(log) if json.loads(x)["method"] == "GET"
+                  and "/resolve/" in json.loads(x)["path"] or json.loads(x)["server"] == "store")
+        hdrs = sum(8 + struct.unpack("<Q", open(os.path.join(model, f), "rb").read(8))[0]
+                   for f in os.listdir(model) if f.endswith(".safetensors"))
+        iwant = hdrs + sum(os.path.getsize(os.path.join(model, f)) for f in ("config.json", "model.safetensors.index.json"))
+        print(f"hub inspect: fetched {got} of {repo} bytes (expected {iwant})")
+        check(got == iwant, f"hub inspect fetched {got} bytes, expected exactly {iwant}")
     finally:
         srv.kill()
         srv.wait()
@@ -263,13 +299,13 @@ with tempfile.TemporaryDirectory() as tmp:
     os.makedirs(os.path.join(up, "sub"))
     os.makedirs(os.path.join(up, ".git"))
     ufiles = {"config.json": b'{"quantization_config": {}}\n', "sub/notes.txt": b"drafter\n", "empty.txt": b"",
-              "small.safetensors": os.urandom(100_000), "model.safetensors": os.urandom(1_500_000)}
+              "small.safetensors": os.urandom(100_000), "model.safetensors": os.urandom(11_000_000)}
     for k, v in ufiles.items():
         open(os.path.join(up, k), "wb").write(v)
     open(os.path.join(up, ".git", "HEAD"), "w").write("never uploaded\n")
     log = os.path.join(tmp, "hub.log")
-    srv, ports = start(os.path.join(tmp, "nothing"), "--token", "hf_w", "--api-503", "1", "--put-500", "1",
-                       "--multipart-threshold", str(1 << 20), "--chunk-size", str(256 << 10), log=log)
+    srv, ports = start(os.path.join(tmp, "nothing"), "--store", "moto", "--token", "hf_w", "--api-503", "1",
+                       "--put-500", "1", "--multipart-threshold", str(5 << 20), "--chunk-size", str(5 << 20), log=log)
     try:
         base = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_w",
                     MTPQ_HUB_BACKOFF_S="0.01", HF_HUB_DISABLE_XET="1")
@@ -285,8 +321,8 @@ with tempfile.TemporaryDirectory() as tmp:
         reqs = [json.loads(l) for l in open(log)]
         check(not any(x["auth"] for x in reqs if x["server"] == "store" or x["path"].startswith("/api/complete")),
               "the token reached the store or the multipart completion")
-        nparts = sum(1 for x in reqs if x["method"] == "PUT" and x["path"].startswith("/part/") and x["status"] == 200)
-        check(nparts == 6, f"{nparts} multipart parts, expected ceil(1.5 MB / 256 KiB) = 6")
+        nparts = sum(1 for x in reqs if x["method"] == "PUT" and "partNumber=" in x["path"] and x["status"] == 200)
+        check(nparts == 3, f"{nparts} multipart parts, expected ceil(11 MB / 5 MiB) = 3")
         check(any(x["status"] == 500 for x in reqs) and any(x["status"] == 503 for x in reqs), "faults not injected")
         o = official("import sys; from huggingface_hub import snapshot_download; "
                      "print(snapshot_download('org/drafter', cache_dir=sys.argv[1]))", os.path.join(tmp, "oc"), env=base)
@@ -323,7 +359,8 @@ with tempfile.TemporaryDirectory() as tmp:
         srv.wait()
     # a commit refused with 412: reported, and the rerun sends no object again
     log = os.path.join(tmp, "hub2.log")
-    srv, ports = start(os.path.join(tmp, "nothing"), "--token", "hf_w", "--commit-412", "1", log=log)
+    srv, ports = start(os.path.join(tmp, "nothing"), "--token", "hf_w", "--commit-412", "1",
+                       "--multipart-threshold", str(1 << 20), log=log)
     try:
         env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_w",
                    MTPQ_HUB_BACKOFF_S="0.01")
@@ -335,6 +372,30 @@ with tempfile.TemporaryDirectory() as tmp:
         puts = [x for x in map(json.loads, open(log)) if x["method"] == "PUT"]
         check(r.get("committed") and r.get("lfs_already_present") == 2 and r.get("lfs_uploaded") == 0 and not puts,
               f"rerun after 412: {r} {p.stderr} {len(puts)} PUTs")
+    finally:
+        srv.kill()
+        srv.wait()
+    # a per-object LFS error (the first object, model.safetensors) and a PUT cut mid-body
+    log = os.path.join(tmp, "hub3.log")
+    srv, ports = start(os.path.join(tmp, "nothing"), "--token", "hf_w", "--lfs-error", "1", "--cut-put", "1",
+                       "--multipart-threshold", str(1 << 20), log=log)
+    try:
+        env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_w",
+                   MTPQ_HUB_BACKOFF_S="0.01")
+        p = subprocess.run([MTPQ, "upload", up, "org/d3"], capture_output=True, text=True, env=env)
+        reqs = [json.loads(x) for x in open(log)]
+        check(p.returncode == 8 and "model.safetensors" in p.stderr and "refused" in p.stderr,
+              f"per-object error: {p.returncode} {p.stderr}")
+        check(any(x["status"] == "cut" for x in reqs) and any(x["method"] == "PUT" and x["status"] == 200 for x in reqs),
+              "the cut PUT was not retried to completion")
+        check(not any("/commit/" in x["path"] for x in reqs), "a commit was sent despite a refused object")
+        open(log, "w").close()
+        p = subprocess.run([MTPQ, "upload", up, "org/d3", "--json"], capture_output=True, text=True, env=env)
+        r = json.loads(p.stdout) if p.returncode == 0 else {}
+        puts = [x for x in map(json.loads, open(log)) if x["method"] == "PUT"]
+        check(r.get("committed") and r.get("lfs_already_present") == 1 and r.get("lfs_uploaded") == 1
+              and puts and all(x["path"].startswith("/part/") for x in puts),
+              f"rerun after the object error: {r} {p.stderr} {[x['path'] for x in puts]}")
     finally:
         srv.kill()
         srv.wait()
