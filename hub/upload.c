@@ -103,6 +103,16 @@ static enum mtpq_status create_repo(const struct mtpq_hub_env *env, const struct
   }
   cJSON_Delete(j);
   if (!st) hub_resp_free(&r);
+  /* 401/402/403 on create: a token may write to a repo it may not create
+   * (an org's repo); the repo's info answering is what counts (hub-protocol 3.1) */
+  if (st == MTPQ_E_AUTH || (st == MTPQ_E_SERVER && strstr(err->msg, "HTTP 402"))) {
+    struct mtpq_err e2 = {0};
+    snprintf(url, sizeof url, "%s/api/models/%s", env->endpoint, o->repo);
+    if (hub_send(env, "GET", url, NULL, NULL, NULL, 0, 0, 1, &r, &e2) == MTPQ_OK) {
+      hub_resp_free(&r);
+      st = MTPQ_OK;
+    }
+  }
   return st;
 }
 

@@ -15,7 +15,8 @@ ETags and CompleteMultipartUpload), wrapped to log and to inject 500s.
 Fault injection: 503 or 429 on the first API requests, relative 307
 redirects for a renamed repo (--rename OLD=NEW), cut connections (GET
 mid-body, PUT mid-upload), ignored Range headers, corrupted LFS bytes, 500 on
-store PUTs, per-object errors in the LFS batch answer, 412 on commits.
+store PUTs, per-object errors in the LFS batch answer, 412 on commits, 403
+on repo creation.
 Logs every request (with whether it carried authorization) as JSON lines to
 --log. Prints {"hub": port, "store": port} on stdout.
 """
@@ -46,6 +47,7 @@ ap.add_argument("--chunk-size", type=int, default=256 << 10)
 ap.add_argument("--cut-put", type=int, default=0, help="first N builtin-store PUTs close mid-upload")
 ap.add_argument("--lfs-error", type=int, default=0, help="first N objects to upload get a per-object batch error")
 ap.add_argument("--rename", action="append", default=[], help="OLD=NEW: repo OLD answers 307 to a relative NEW path")
+ap.add_argument("--create-403", action="store_true", help="repo creation answers 403 (a token that may not create)")
 ap.add_argument("--store", choices=["builtin", "moto"], default="builtin")
 ap.add_argument("--log", default=None)
 args = ap.parse_args()
@@ -270,6 +272,12 @@ class Hub(Base):
             if take("429"):
                 return self.error(429, "RateLimited", "injected 429",
                                   [("RateLimit", '"api";r=0;t=0'), ("Retry-After", "0")])
+        if u.path.startswith("/api/models/") and len(parts) == 5:  # repo info
+            r = repos.get(parts[3] + "/" + parts[4])
+            if not r:
+                return self.error(404, "RepoNotFound", f"Repository {parts[3]}/{parts[4]} not found")
+            return self.reply(200, json.dumps({"id": parts[3] + "/" + parts[4], "sha": r["commit"]}).encode(),
+                              [("Content-Type", "application/json")])
         if u.path.startswith("/api/models/") and len(parts) >= 7 and parts[5] in ("revision", "tree"):
             rid = parts[3] + "/" + parts[4]
             r = repos.get(rid)
@@ -357,6 +365,8 @@ class Hub(Base):
         if take("503"):
             return self.error(503, "Unavailable", "injected 503")
         if u.path == "/api/repos/create":
+            if args.create_403:
+                return self.error(403, "Forbidden", "You don't have the rights to create a model under this namespace")
             req = json.loads(data)
             rid = (req.get("organization") or "user") + "/" + req["name"]
             with lock:

@@ -30,7 +30,9 @@
   and the rerun completes without re-sending any object; a per-object LFS
   batch error plus a connection cut mid-PUT: the other object is still
   uploaded (the cut PUT retried), exit 8 names the refused file, nothing is
-  committed, and the rerun sends only the refused object.
+  committed, and the rerun sends only the refused object; a token that may
+  not create repos (403 on create) still uploads to an existing repo, and
+  exits 7 for a missing one.
 Usage: test_hub_download.py MTPQ TESTDATA
 """
 import filecmp
@@ -396,6 +398,21 @@ with tempfile.TemporaryDirectory() as tmp:
         check(r.get("committed") and r.get("lfs_already_present") == 1 and r.get("lfs_uploaded") == 1
               and puts and all(x["path"].startswith("/part/") for x in puts),
               f"rerun after the object error: {r} {p.stderr} {[x['path'] for x in puts]}")
+    finally:
+        srv.kill()
+        srv.wait()
+    # 403 on create: the repo's info decides
+    exists = os.path.join(tmp, "exists")
+    os.makedirs(exists)
+    open(os.path.join(exists, "README.md"), "w").write("an existing repo\n")
+    srv, ports = start(exists, "--token", "hf_w", "--create-403")
+    try:
+        env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_TOKEN="hf_w",
+                   MTPQ_HUB_BACKOFF_S="0.01")
+        p = subprocess.run([MTPQ, "upload", up, "org/model", "--json"], capture_output=True, text=True, env=env)
+        check(p.returncode == 0 and json.loads(p.stdout).get("committed"), f"403 on create, repo exists: {p.stderr}")
+        p = subprocess.run([MTPQ, "upload", up, "org/other"], capture_output=True, text=True, env=env)
+        check(p.returncode == 7 and "403" in p.stderr, f"403 on create, no repo: {p.returncode} {p.stderr}")
     finally:
         srv.kill()
         srv.wait()
