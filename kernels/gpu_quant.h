@@ -20,6 +20,9 @@ extern "C" {
 int mtpq_gpu_available(struct mtpq_err *err);
 /* Name of device 0 ("NVIDIA H200"), or "" without a device. */
 const char *mtpq_gpu_name(void);
+/* Measured HBM read bandwidth of device 0 in GB/s (kernels/hbm.cu): the
+ * best of 5 timed passes of a 16-byte-load streaming read over 4 GiB. */
+enum mtpq_status mtpq_gpu_read_gbps(double *gbps, struct mtpq_err *err);
 
 /* Same contract as mtpq_quantize() for formats with has_gpu set: copies the
  * host input to the device, runs the kernels, copies the result back. */

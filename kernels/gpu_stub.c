@@ -9,6 +9,11 @@ int mtpq_gpu_available(struct mtpq_err *err) {
 
 const char *mtpq_gpu_name(void) { return ""; }
 
+enum mtpq_status mtpq_gpu_read_gbps(double *gbps, struct mtpq_err *err) {
+  *gbps = 0;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+
 enum mtpq_status mtpq_gpu_quantize(enum mtpq_format fmt, const void *bf16, int64_t rows,
                                    int64_t cols, const struct mtpq_quant_opts *o,
                                    struct mtpq_qtensor *out, struct mtpq_err *err) {
@@ -25,13 +30,19 @@ enum mtpq_status mtpq_gpu_quant_bench(enum mtpq_format fmt, const void *bf16, in
 
 #include "kernels/runtime_cuda.h"
 
-enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window, void **out,
-                                         struct mtpq_err *err) {
-  (void)d, (void)max_pos, (void)window;
+enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window, int nseq,
+                                         void **out, struct mtpq_err *err) {
+  (void)d, (void)max_pos, (void)window, (void)nseq;
   *out = NULL;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
 void mtpq__cuda_session_close(void *g) { (void)g; }
+void mtpq__cuda_select(void *g, int seq) { (void)g, (void)seq; }
+enum mtpq_status mtpq__cuda_draft(void *g, int n, const int32_t *tokens, const float *hidden,
+                                  const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err) {
+  (void)g, (void)n, (void)tokens, (void)hidden, (void)positions, (void)steps, (void)out_tokens;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
 enum mtpq_status mtpq__cuda_step(void *g, int n, const int32_t *tokens, const void *hidden, int hidden_bf16,
                                  const int64_t *positions, float *out_hidden, struct mtpq_err *err) {
   (void)g, (void)n, (void)tokens, (void)hidden, (void)hidden_bf16, (void)positions, (void)out_hidden;

@@ -48,6 +48,10 @@ int mtpq_drafter_reduced_head(const struct mtpq_drafter *d);
  * linear, top-k experts, the head, one embedding row, and the K/V cache at
  * kv_elem_bytes per element (4: both backends cache float32). */
 int64_t mtpq_drafter_step_bytes(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes);
+/* The same for `batch` sequences drafting together: dense linears and head
+ * once, embedding rows, experts and K/V per sequence (experts that two
+ * sequences share counted twice: an upper bound, what the kernels read). */
+int64_t mtpq_drafter_step_bytes_batch(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes, int batch);
 /* Backends. */
 enum mtpq_backend { MTPQ_BACKEND_CPU, MTPQ_BACKEND_CUDA };
 
@@ -55,7 +59,23 @@ struct mtpq_session; /* KV cache + scratch of one sequence */
 
 enum mtpq_status mtpq_session_open(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos,
                                    int window, struct mtpq_session **out, struct mtpq_err *err);
+/* A session with nseq (1..MTPQ_MAX_SEQS) independent KV caches: the batch of
+ * mtpq_session_draft. mtpq_session_open is nseq = 1. */
+#define MTPQ_MAX_SEQS 8
+#define MTPQ_MAX_DRAFT_STEPS 64
+enum mtpq_status mtpq_session_open_batch(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos, int window,
+                                         int nseq, struct mtpq_session **out, struct mtpq_err *err);
 void mtpq_session_close(struct mtpq_session *s);
+/* The sequence (cache) that mtpq_session_step writes and reads; 0 at open. */
+enum mtpq_status mtpq_session_select(struct mtpq_session *s, int seq, struct mtpq_err *err);
+/* Draft `steps` tokens for sequences 0..n-1 at once: sequence i starts from
+ * tokens[i] and hidden[i] (float32 [n, H]) at positions[i]; every step feeds
+ * the drafter output and the head's argmax back (positions + 1).
+ * out_tokens[k * n + i] is sequence i's k-th draft. The CUDA backend runs
+ * the n sequences as one batch and synchronises once per call; the CPU
+ * backend runs them one after the other. The selected sequence is kept. */
+enum mtpq_status mtpq_session_draft(struct mtpq_session *s, int n, const int32_t *tokens, const float *hidden,
+                                    const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err);
 
 /* Run n slots: tokens[i], hidden[i] (float32 [n, H], or bf16 when
  * hidden_bf16 is set), positions[i]; the drafter outputs (after mtp.norm,

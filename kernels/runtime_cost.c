@@ -16,12 +16,17 @@ static int64_t lin_bytes(const struct lin *L) {
 }
 
 int64_t mtpq_drafter_step_bytes(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes) {
-  int64_t b = 2 * d->H; /* one embedding row; norm weights (a few KB) are left out */
+  return mtpq_drafter_step_bytes_batch(d, context, kv_elem_bytes, 1);
+}
+
+int64_t mtpq_drafter_step_bytes_batch(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes, int batch) {
+  int64_t b = 0; /* read once for the batch: norm weights (a few KB) are left out */
   const struct lin *dense[] = {&d->fc, &d->q, &d->k, &d->v, &d->o, &d->router, &d->seg, &d->sg, &d->su, &d->sd};
   for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) b += lin_bytes(dense[i]);
-  if (d->moe && d->eg) /* routing reads top-k experts; all experts have one shape */
-    b += d->topk * (lin_bytes(&d->eg[0]) + lin_bytes(&d->eu[0]) + lin_bytes(&d->ed[0]));
   b += lin_bytes(&d->head);
-  b += context * 2 * d->Nkv * d->D * kv_elem_bytes; /* K and V of every cached position */
-  return b;
+  int64_t per = 2 * d->H; /* per sequence: one embedding row */
+  if (d->moe && d->eg) /* routing reads top-k experts; all experts have one shape */
+    per += d->topk * (lin_bytes(&d->eg[0]) + lin_bytes(&d->eu[0]) + lin_bytes(&d->ed[0]));
+  per += context * 2 * d->Nkv * d->D * kv_elem_bytes; /* K and V of every cached position */
+  return b + (int64_t)batch * per;
 }

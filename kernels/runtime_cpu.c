@@ -189,6 +189,17 @@ enum mtpq_status mtpq_drafter_open(const char *target_dir, const char *drafter_d
   d->rot = (int64_t)(d->D * d->cfg.partial_rotary_factor);
   d->eps = (float)d->cfg.rms_norm_eps, d->theta = (float)d->cfg.rope_theta;
   d->norm_topk = d->cfg.norm_topk_prob, d->moe = d->E > 0;
+  if (d->moe && (d->topk < 1 || d->topk > d->E)) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s/config.json: num_experts_per_tok %lld is outside 1..%lld (the MTP "
+                      "layer's experts)", target_dir, (long long)d->topk, (long long)d->E);
+    goto fail;
+  }
+  if (d->Nkv < 1 || d->Nq % d->Nkv || d->D < 2 || d->rot % 2) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s/config.json: %lld query heads, %lld KV heads, head_dim %lld, rotary "
+                      "dim %lld: need KV heads dividing query heads and even dims", target_dir, (long long)d->Nq,
+                      (long long)d->Nkv, (long long)d->D, (long long)d->rot);
+    goto fail;
+  }
   if (d->drafter && (st = same_target(d, drafter_dir, err))) goto fail;
   static const char *nn[7] = {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
                               "mtp.layers.0.input_layernorm.weight", "mtp.layers.0.post_attention_layernorm.weight",
@@ -259,8 +270,9 @@ int mtpq_drafter_reduced_head(const struct mtpq_drafter *d) { return d->reduced;
 struct mtpq_session {
   struct mtpq_drafter *d;
   int64_t max_pos;
-  int window;
-  float *kc, *vc; /* [max_pos, Nkv*D] */
+  int window, nseq;
+  float *kc, *vc;         /* the selected sequence's [max_pos, Nkv*D] */
+  float *kc_all, *vc_all; /* nseq caches */
   /* scratch: e c x0 a qg kk vv att y y2 m t1 sc g1 u1 pr */
   float *v[N_SCRATCH];
   void *gpu; /* MTPQ_BACKEND_CUDA: the device session */
@@ -269,20 +281,27 @@ struct mtpq_session {
 void mtpq_session_close(struct mtpq_session *s) {
   if (!s) return;
   mtpq__cuda_session_close(s->gpu);
-  free(s->kc);
-  free(s->vc);
+  free(s->kc_all);
+  free(s->vc_all);
   for (int i = 0; i < N_SCRATCH; i++) free(s->v[i]);
   free(s);
 }
 
 enum mtpq_status mtpq_session_open(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos,
                                    int window, struct mtpq_session **out, struct mtpq_err *err) {
+  return mtpq_session_open_batch(d, be, max_pos, window, 1, out, err);
+}
+
+enum mtpq_status mtpq_session_open_batch(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos, int window,
+                                         int nseq, struct mtpq_session **out, struct mtpq_err *err) {
   *out = NULL;
+  if (nseq < 1 || nseq > MTPQ_MAX_SEQS)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d sequences: a session holds 1..%d", nseq, MTPQ_MAX_SEQS);
   struct mtpq_session *s = calloc(1, sizeof *s);
   if (!s) return mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
-  s->d = d, s->max_pos = max_pos, s->window = window;
+  s->d = d, s->max_pos = max_pos, s->window = window, s->nseq = nseq;
   if (be == MTPQ_BACKEND_CUDA) {
-    enum mtpq_status st = mtpq__cuda_session_open(d, max_pos, window, &s->gpu, err);
+    enum mtpq_status st = mtpq__cuda_session_open(d, max_pos, window, nseq, &s->gpu, err);
     if (st) {
       free(s);
       return st;
@@ -298,8 +317,8 @@ enum mtpq_status mtpq_session_open(struct mtpq_drafter *d, enum mtpq_backend be,
                               max_pos, inter, inter, d->E > 0 ? d->E : 1};
   int ok = 1;
   for (int i = 0; i < N_SCRATCH; i++) ok &= (s->v[i] = malloc((size_t)sizes[i] * sizeof(float))) != NULL;
-  s->kc = calloc(kv ? kv : 1, sizeof *s->kc);
-  s->vc = calloc(kv ? kv : 1, sizeof *s->vc);
+  s->kc = s->kc_all = calloc(kv ? kv * (size_t)nseq : 1, sizeof *s->kc);
+  s->vc = s->vc_all = calloc(kv ? kv * (size_t)nseq : 1, sizeof *s->vc);
   if (!s->kc || !s->vc || !ok) {
     mtpq_session_close(s);
     return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory for a %lld-position KV cache", (long long)max_pos);
@@ -373,6 +392,44 @@ static int64_t head_argmax(const struct lin *L, const float *x, float *logits) {
 }
 
 int64_t mtpq__session_hidden(const struct mtpq_session *s) { return s->d->H; }
+
+enum mtpq_status mtpq_session_select(struct mtpq_session *s, int seq, struct mtpq_err *err) {
+  if (seq < 0 || seq >= s->nseq)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "sequence %d of a %d-sequence session", seq, s->nseq);
+  if (s->gpu) mtpq__cuda_select(s->gpu, seq);
+  size_t kv = (size_t)(s->max_pos * s->d->Nkv * s->d->D);
+  s->kc = s->kc_all + kv * (size_t)seq, s->vc = s->vc_all + kv * (size_t)seq;
+  return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_session_draft(struct mtpq_session *s, int n, const int32_t *tokens, const float *hidden,
+                                    const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err) {
+  if (n < 1 || n > s->nseq) return mtpq_err_set(err, MTPQ_E_INVAL, "%d sequences in a %d-sequence session", n, s->nseq);
+  if (steps < 1 || steps > MTPQ_MAX_DRAFT_STEPS)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d draft steps: 1..%d", steps, MTPQ_MAX_DRAFT_STEPS);
+  if (s->gpu) return mtpq__cuda_draft(s->gpu, n, tokens, hidden, positions, steps, out_tokens, err);
+  int64_t H = s->d->H;
+  float *h = malloc((size_t)H * 4 * 2);
+  if (!h) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  enum mtpq_status st = MTPQ_OK;
+  int cur = (int)((s->kc - s->kc_all) / (s->max_pos * s->d->Nkv * s->d->D > 0 ? s->max_pos * s->d->Nkv * s->d->D : 1));
+  for (int i = 0; i < n && !st; i++) {
+    st = mtpq_session_select(s, i, err);
+    memcpy(h, hidden + (size_t)i * H, (size_t)H * 4);
+    int32_t tok = tokens[i];
+    for (int k = 0; k < steps && !st; k++) {
+      int64_t pos = positions[i] + k;
+      st = mtpq_session_step(s, 1, &tok, h, 0, &pos, h + H, err);
+      if (!st) mtpq_session_head(s, h + H, &tok, NULL);
+      out_tokens[k * n + i] = tok;
+      memcpy(h, h + H, (size_t)H * 4);
+    }
+  }
+  free(h);
+  struct mtpq_err e2;
+  mtpq_session_select(s, cur, &e2);
+  return st;
+}
 
 void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits) {
   struct mtpq_drafter *d = s->d;

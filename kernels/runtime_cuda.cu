@@ -1,10 +1,19 @@
-// CUDA backend of the drafter runtime: the model of kernels/runtime.h on the
-// device, one slot at a time. First version, written for correctness and as
-// the base for the HBM-floor work (issue 7): warp-per-row matrix-vector
-// kernels that dequantize BF16 / FP8 / NVFP4 on the fly, routing and expert
-// selection on the device (only the selected experts are read), attention
-// over the drafter's device KV cache, and the head fused with the argmax.
-// Not yet: batching several sequences, split-context attention, CUDA graphs.
+// CUDA backend of the drafter runtime (issue 7): the model of
+// kernels/runtime.h on the device for 1..8 tokens per launch (slots of one
+// sequence, or one token of each of up to 8 sequences), in float32 like the
+// CPU reference. Kernels: kernels/rt_mv.cuh (matrix-vector products that
+// dequantize BF16/FP8/NVFP4 on the fly, experts chosen on the device, the
+// head fused with the argmax) and kernels/rt_ops.cuh (norms, RoPE,
+// split-context attention, routing, SwiGLU). One draft step is captured as
+// a CUDA graph per token count (MTPQ_CUDA_GRAPHS=0 launches the kernels one
+// by one instead); a draft chain replays step + head + feedback k times and
+// synchronises once.
+//
+// cuBLASLt is not used: at 1..8 tokens a step is a set of matrix-vector
+// products over weights read once, where a GEMM library's tiles (N >= 16 or
+// 32) waste most of their work and its FP8 path would round the float32
+// activations to FP8 (the numerics contract keeps them float32); it has no
+// NVFP4-weight x float-activation product on Hopper at all.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -17,6 +26,7 @@ extern "C" {
 #include "kernels/runtime_cuda.h"
 #include "quant/numerics.h"
 }
+#include "kernels/rt_ops.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -25,32 +35,47 @@ extern "C" {
       return mtpq_err_set(err, MTPQ_E_GPU, "%s:%d: %s: %s", __FILE__, __LINE__, #stmt, cudaGetErrorString(e_)); \
   } while (0)
 
-struct dlin {
-  int f;
-  int64_t rows, cols;
-  const uint8_t *w;
-  const uint8_t *sc;
-  float s;
+#define RT_MAXSTEPS 64
+
+enum { L_FC, L_Q, L_K, L_V, L_O, L_ROUTER, L_SEG, L_SG, L_SU, L_SD, L_HEAD, L_EXPERTS };
+
+struct mv_launch {
+  mv_task *dev = nullptr;
+  int ntask = 0, nbmax = 0;
+  int64_t rows = 0, cols = 0;
+};
+
+struct plan {
+  bool built = false;
+  mv_launch fc, qkv, o, rs, gu, down, head, head_logits;
+  cudaGraphExec_t step = nullptr, chain = nullptr;
 };
 
 struct gpu_session {
   const struct mtpq_drafter *d;
   int64_t max_pos;
-  int window;
+  int window, nseq, cur, nsplit, K, fast, graphs;
+  int64_t IM; // expert / shared / dense intermediate slot width
+  cudaStream_t st = nullptr;
   std::vector<void *> allocs;
-  dlin *lins;      // device table: fc q k v o router seg sg su sd head, then eg[E] eu[E] ed[E]
+  std::vector<dlin> host_lins;
+  dlin *lins;
   float *nrm[7];
   const uint8_t *embed;
-  int64_t *ids;    // reduced head ids (device)
-  float *kc, *vc;  // KV cache
-  float *hid_in, *c, *x0, *a, *qg, *kv_k, *kv_v, *att, *y, *y2, *m, *t1, *g1, *u1, *pr, *sc, *z, *wsel, *out;
-  int *sel;
+  int64_t *ids;
+  float *kc, *vc;
+  float *out, *scratch, *c, *x0, *a, *qg, *kk, *vv, *att, *y, *y2, *m, *pr, *z, *gb, *ub, *act, *po, *pm, *pl, *logits;
+  int *sel, *tok, *seqa, *rec, *stepc;
+  float *wsel;
+  int64_t *pos;
   unsigned long long *best;
-  uint16_t *hid_bf16;
-  float *logits;
+  // pinned staging
+  int *h_tok, *h_seq, *h_rec;
+  int64_t *h_pos;
+  float *h_hid;
+  unsigned long long *h_best;
+  plan plans[RT_NMAX + 1];
 };
-
-enum { L_FC, L_Q, L_K, L_V, L_O, L_ROUTER, L_SEG, L_SG, L_SU, L_SD, L_HEAD, L_EXPERTS };
 
 template <typename T>
 static enum mtpq_status dalloc(gpu_session *g, T **p, size_t n, struct mtpq_err *err) {
@@ -79,240 +104,47 @@ static enum mtpq_status upload_lin(gpu_session *g, const struct lin *L, dlin *ou
   return st;
 }
 
-// ---- device helpers ------------------------------------------------------------
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
-__device__ float block_sum(float v) { // blockDim.x == 256
-  __shared__ float part[8];
-  v = warp_sum(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = threadIdx.x < 8 ? part[threadIdx.x] : 0.0f;
-  if (threadIdx.x < 32) t = warp_sum(t);
-  __shared__ float res;
-  if (threadIdx.x == 0) res = t;
-  __syncthreads();
-  return res;
-}
-
-__device__ float block_max(float v) {
-  __shared__ float part[8];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = threadIdx.x < 8 ? part[threadIdx.x] : -INFINITY;
-  if (threadIdx.x < 32)
-    for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xFFFFFFFFu, t, o));
-  __shared__ float res;
-  if (threadIdx.x == 0) res = t;
-  __syncthreads();
-  return res;
-}
-
-// y = x / rms(x) * (1 + w), n elements, one block
-__device__ void zcnorm_dev(const float *x, const float *w, int n, float eps, float *y) {
-  float ss = 0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
-  float tot = block_sum(ss);
-  float r = rsqrtf(tot / n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * r * (1.0f + w[i]);
-}
-
-__device__ __forceinline__ float lin_elem(const dlin &L, int64_t r, int64_t c) {
-  if (L.f == LIN_BF16) {
-    uint16_t h = reinterpret_cast<const uint16_t *>(L.w)[r * L.cols + c];
-    return __uint_as_float((uint32_t)h << 16);
-  }
-  if (L.f == LIN_FP8) return mtpq_e4m3_to_f32(L.w[r * L.cols + c]) * L.s;
-  uint8_t byte = L.w[r * (L.cols / 2) + c / 2];
-  uint8_t code = (c & 1) ? (byte >> 4) : (byte & 15);
-  return mtpq_e2m1_to_f32(code) * (mtpq_e4m3_to_f32(L.sc[r * (L.cols / 16) + c / 16]) * L.s);
-}
-
-// y[r] (+)= scale * dot(L[r], x); one warp per row. lin chosen from a table,
-// optionally by an index read on the device (the routed expert).
-static __global__ void k_matvec(const dlin *table, const int *sel, int k, const float *x, float *y,
-                                const float *wsel, int accumulate) {
-  const dlin L = table[sel ? sel[k] : 0];
-  int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
-  int lane = threadIdx.x & 31;
-  if (r >= L.rows) return;
-  float acc = 0;
-  for (int64_t c = lane; c < L.cols; c += 32) acc += lin_elem(L, r, c) * x[c];
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    float v = wsel ? acc * wsel[k] : acc;
-    y[r] = accumulate ? y[r] + v : v;
-  }
-}
-
-static __global__ void k_prep(const uint8_t *embed, int tok, const float *hid, int64_t H, const float *ne,
-                              const float *nh, float eps, float *c, float *scratch) {
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    uint16_t h = reinterpret_cast<const uint16_t *>(embed)[(int64_t)tok * H + i];
-    scratch[i] = __uint_as_float((uint32_t)h << 16);
-  }
-  __syncthreads();
-  zcnorm_dev(scratch, ne, (int)H, eps, c);
-  zcnorm_dev(hid, nh, (int)H, eps, c + H);
-}
-
-static __global__ void k_norm(const float *x, const float *w, int n, float eps, float *y) { zcnorm_dev(x, w, n, eps, y); }
-
-__device__ void rope_dev(float *x, int rot, int64_t pos, float theta) {
-  __syncthreads();
-  int half = rot / 2;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    double inv = pow((double)theta, -2.0 * (double)j / (double)rot);
-    double ang = (double)pos * inv;
-    float c = (float)cos(ang), s = (float)sin(ang);
-    float a = x[j], b = x[j + half];
-    x[j] = a * c - b * s;
-    x[j + half] = b * c + a * s;
-  }
-  __syncthreads();
-}
-
-// blocks 0..Nq-1: query heads (norm + rope in place in qg); Nq..Nq+Nkv-1: key heads into the cache
-static __global__ void k_qk(float *qg, const float *kk, const float *vv, int Nq, int Nkv, int D, int rot, int64_t pos,
-                            float theta, const float *nq, const float *nk, float eps, float *kc, float *vc) {
-  __shared__ float buf[1024];
-  int h = blockIdx.x;
-  const float *src = h < Nq ? qg + (int64_t)h * 2 * D : kk + (int64_t)(h - Nq) * D;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) buf[j] = src[j];
-  __syncthreads();
-  zcnorm_dev(buf, h < Nq ? nq : nk, D, eps, buf);
-  rope_dev(buf, rot, pos, theta);
-  if (h < Nq) {
-    for (int j = threadIdx.x; j < D; j += blockDim.x) qg[(int64_t)h * 2 * D + j] = buf[j];
-  } else {
-    int64_t kv = (int64_t)Nkv * D, hh = h - Nq;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-      kc[pos * kv + hh * D + j] = buf[j];
-      vc[pos * kv + hh * D + j] = vv[hh * D + j];
-    }
-  }
-}
-
-static __global__ void k_attn(const float *qg, const float *kc, const float *vc, int Nq, int Nkv, int D, int64_t pos,
-                              int64_t lo, float *sc, float *att) {
-  int h = blockIdx.x;
-  int64_t kv = (int64_t)Nkv * D, kvh = h / (Nq / Nkv);
-  const float *q = qg + (int64_t)h * 2 * D, *gate = q + D;
-  float *s = sc + (int64_t)h * (pos + 1);
-  float scale = rsqrtf((float)D);
-  float mx = -INFINITY;
-  for (int64_t p = lo + threadIdx.x; p <= pos; p += blockDim.x) {
-    const float *kp = kc + p * kv + kvh * D;
-    float dot = 0;
-    for (int j = 0; j < D; j++) dot += q[j] * kp[j];
-    s[p] = dot * scale;
-    mx = fmaxf(mx, s[p]);
-  }
-  mx = block_max(mx);
-  float sum = 0;
-  for (int64_t p = lo + threadIdx.x; p <= pos; p += blockDim.x) sum += (s[p] = expf(s[p] - mx));
-  sum = block_sum(sum);
-  for (int j = threadIdx.x; j < D; j += blockDim.x) {
-    float o = 0;
-    for (int64_t p = lo; p <= pos; p++) o += s[p] * vc[p * kv + kvh * D + j];
-    att[(int64_t)h * D + j] = o / sum * (1.0f / (1.0f + expf(-gate[j])));
-  }
-}
-
-static __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, float eps, float *y2) {
-  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] += x0[i];
-  __syncthreads();
-  zcnorm_dev(y, w, n, eps, y2);
-}
-
-static __global__ void k_route(float *pr, int E, int K, int renorm, int *sel, float *wsel) {
-  float mx = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, pr[e]);
-  mx = block_max(mx);
-  float s = 0;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) s += (pr[e] = expf(pr[e] - mx));
-  s = block_sum(s);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) pr[e] /= s;
-  __syncthreads();
-  if (threadIdx.x == 0) { // top-k, ties to the lower expert
-    float tot = 0;
-    for (int k = 0; k < K; k++) {
-      int best = -1;
-      for (int e = 0; e < E; e++) {
-        bool used = false;
-        for (int q = 0; q < k; q++) used |= sel[q] == e;
-        if (!used && (best < 0 || pr[e] > pr[best])) best = e;
-      }
-      sel[k] = best, wsel[k] = pr[best], tot += pr[best];
-    }
-    if (renorm)
-      for (int k = 0; k < K; k++) wsel[k] /= tot;
-  }
-}
-
-static __global__ void k_silu_mul(float *g, const float *u, int64_t n) {
-  for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
-static __global__ void k_zero(float *x, int64_t n) {
-  for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] = 0;
-}
-
-static __global__ void k_final(float *m, const float *t1, const float *z, int moe, const float *r2, const float *w,
-                               int n, float eps, float *out) {
-  float sg = moe ? 1.0f / (1.0f + expf(-z[0])) : 1.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) m[i] += sg * t1[i] + r2[i];
-  __syncthreads();
-  zcnorm_dev(m, w, n, eps, out);
-}
-
-// head fused with the argmax: 64-bit key = ordered float bits << 32 | ~row
-__device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t row) {
-  uint32_t b = __float_as_uint(v);
-  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
-}
-
-static __global__ void k_head(const dlin *L, const float *x, unsigned long long *best, float *logits) {
-  int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
-  int lane = threadIdx.x & 31;
-  if (r >= L->rows) return;
-  float acc = 0;
-  for (int64_t c = lane; c < L->cols; c += 32) acc += lin_elem(*L, r, c) * x[c];
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    if (logits) logits[r] = acc;
-    atomicMax(best, argmax_key(acc, (uint32_t)r));
-  }
-}
-
-// ---- host ------------------------------------------------------------------------------
-
 extern "C" void mtpq__cuda_session_close(void *p) {
   gpu_session *g = static_cast<gpu_session *>(p);
   if (!g) return;
+  for (plan &pl : g->plans) {
+    if (pl.step) cudaGraphExecDestroy(pl.step);
+    if (pl.chain) cudaGraphExecDestroy(pl.chain);
+  }
   for (void *a : g->allocs) cudaFree(a);
+  if (g->h_tok) cudaFreeHost(g->h_tok);
+  if (g->st) cudaStreamDestroy(g->st);
   delete g;
 }
 
 extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window,
-                                                    void **out, struct mtpq_err *err) {
+                                                    int nseq, void **out, struct mtpq_err *err) {
   *out = nullptr;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return mtpq_err_set(err, MTPQ_E_NO_GPU, "no CUDA device");
+  if (nseq < 1 || nseq > RT_NMAX)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d sequences: the CUDA backend batches 1..%d", nseq, RT_NMAX);
+  if (d->Nq % d->Nkv || d->Nq / d->Nkv > 16)
+    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%lld query heads over %lld KV heads: the CUDA backend takes up to 16 "
+                        "query heads per KV head", (long long)d->Nq, (long long)d->Nkv);
+  if (d->moe && (d->topk > RT_TMAX - 1 || d->E > 4096))
+    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "top-%lld of %lld experts: the CUDA backend takes top-k <= %d",
+                        (long long)d->topk, (long long)d->E, RT_TMAX - 1);
+  if ((d->Nq / d->Nkv) * (d->D + RT_CS) > 12288) /* the attention block's shared memory (48 KB) */
+    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "head_dim %lld x %lld query heads per KV head is too large",
+                        (long long)d->D, (long long)(d->Nq / d->Nkv));
   gpu_session *g = new gpu_session();
-  g->d = d, g->max_pos = max_pos, g->window = window;
+  g->d = d, g->max_pos = max_pos, g->window = window, g->nseq = nseq, g->cur = 0;
+  g->nsplit = (int)((max_pos + RT_CS - 1) / RT_CS);
+  g->K = d->moe ? (int)d->topk : 0;
+  const char *ge = getenv("MTPQ_CUDA_GRAPHS");
+  g->graphs = !(ge && strcmp(ge, "0") == 0);
   enum mtpq_status st = MTPQ_OK;
+  if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess)
+    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create a CUDA stream");
   int64_t E = d->moe ? d->E : 0;
-  std::vector<dlin> h(L_EXPERTS + 3 * E);
+  std::vector<dlin> &h = g->host_lins;
+  h.assign(L_EXPERTS + 3 * E, dlin{});
   const struct lin *base[L_EXPERTS] = {&d->fc, &d->q, &d->k, &d->v, &d->o, &d->router, &d->seg,
                                        &d->sg, &d->su, &d->sd, &d->head};
   for (int i = 0; i < L_EXPERTS && !st; i++)
@@ -322,6 +154,9 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
     if (!st) st = upload_lin(g, &d->eu[e], &h[L_EXPERTS + E + e], err);
     if (!st) st = upload_lin(g, &d->ed[e], &h[L_EXPERTS + 2 * E + e], err);
   }
+  g->fast = 1; // the vectorised kernels need every row to be a whole number of 16-element chunks
+  for (const dlin &L : h)
+    if (L.w && L.cols % 16) g->fast = 0;
   if (!st) st = dalloc(g, &g->lins, h.size() * sizeof(dlin), err);
   if (!st && cudaMemcpy(g->lins, h.data(), h.size() * sizeof(dlin), cudaMemcpyHostToDevice) != cudaSuccess)
     st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the weight table failed");
@@ -332,24 +167,48 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
     g->nrm[i] = (float *)p;
   }
   if (!st) st = upload(g, d->embed, (size_t)(d->embed_rows * d->H * 2), &g->embed, err);
+  g->ids = nullptr;
   if (!st && d->reduced) {
     const uint8_t *p = nullptr;
     st = upload(g, d->ids, (size_t)d->head.rows * 8, &p, err);
     g->ids = (int64_t *)p;
   }
-  int64_t H = d->H, KV = d->Nkv * d->D, QG = 2 * d->Nq * d->D, I = d->sg.rows;
-  if (E && d->eg[0].rows > I) I = d->eg[0].rows;
-  float **bufs[] = {&g->hid_in, &g->c, &g->x0, &g->a, &g->qg, &g->kv_k, &g->kv_v, &g->att, &g->y, &g->y2,
-                    &g->m, &g->t1, &g->g1, &g->u1, &g->pr, &g->sc, &g->z, &g->wsel, &g->out, &g->kc, &g->vc,
-                    &g->logits};
-  size_t sizes[] = {(size_t)H, (size_t)(2 * H), (size_t)H, (size_t)H, (size_t)QG, (size_t)KV, (size_t)KV,
-                    (size_t)(d->Nq * d->D), (size_t)H, (size_t)H, (size_t)H, (size_t)H, (size_t)I, (size_t)I,
-                    (size_t)(E ? E : 1), (size_t)(d->Nq * (max_pos + 1)), 4, 64, (size_t)H,
-                    (size_t)(max_pos * KV), (size_t)(max_pos * KV), (size_t)d->full_vocab};
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) st = dalloc(g, bufs[i], sizes[i] * 4, err);
-  if (!st) st = dalloc(g, &g->sel, 64 * sizeof(int), err);
-  if (!st) st = dalloc(g, &g->best, sizeof(unsigned long long), err);
-  if (!st) st = dalloc(g, &g->hid_bf16, (size_t)H * 2, err);
+  const int64_t H = d->H, KV = d->Nkv * d->D, QG = 2 * d->Nq * d->D, NM = RT_NMAX;
+  g->IM = d->sg.w ? d->sg.rows : 1;
+  if (E && d->eg[0].rows > g->IM) g->IM = d->eg[0].rows;
+  g->IM = (g->IM + 15) / 16 * 16;
+  const int64_t slots = NM * (g->K + 1) * g->IM, ps = NM * d->Nq * (int64_t)g->nsplit;
+  float **bufs[] = {&g->out, &g->scratch, &g->c, &g->x0, &g->a, &g->qg, &g->kk, &g->vv, &g->att, &g->y,
+                    &g->y2, &g->m, &g->pr, &g->z, &g->gb, &g->ub, &g->act, &g->po, &g->pm, &g->pl,
+                    &g->logits, &g->kc, &g->vc, &g->wsel};
+  size_t sizes[] = {(size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * 2 * H), (size_t)(NM * H), (size_t)(NM * H),
+                    (size_t)(NM * QG), (size_t)(NM * KV), (size_t)(NM * KV), (size_t)(NM * d->Nq * d->D),
+                    (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * (E ? E : 1)), (size_t)NM,
+                    (size_t)slots, (size_t)slots, (size_t)slots, (size_t)(ps * d->D), (size_t)ps, (size_t)ps,
+                    (size_t)d->head.rows, (size_t)(nseq * max_pos * KV), (size_t)(nseq * max_pos * KV),
+                    (size_t)(NM * RT_KST)};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) {
+    st = dalloc(g, bufs[i], sizes[i] * 4, err);
+    if (!st && cudaMemset(*bufs[i], 0, sizes[i] * 4) != cudaSuccess)
+      st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
+  }
+  if (!st) st = dalloc(g, &g->sel, NM * RT_KST * sizeof(int), err);
+  if (!st) st = dalloc(g, &g->tok, NM * sizeof(int), err);
+  if (!st) st = dalloc(g, &g->seqa, NM * sizeof(int), err);
+  if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
+  if (!st) st = dalloc(g, &g->stepc, sizeof(int), err);
+  if (!st) st = dalloc(g, &g->pos, NM * sizeof(int64_t), err);
+  if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
+  if (!st) { // one pinned block for the staging buffers
+    size_t hb = NM * 4 * 2 + NM * RT_MAXSTEPS * 4 + NM * 8 * 2 + (size_t)(NM * H) * 4;
+    char *p = nullptr;
+    if (cudaMallocHost((void **)&p, hb) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMallocHost failed");
+    else {
+      g->h_tok = (int *)p, g->h_seq = g->h_tok + NM, g->h_rec = g->h_seq + NM;
+      g->h_pos = (int64_t *)(g->h_rec + NM * RT_MAXSTEPS), g->h_best = (unsigned long long *)(g->h_pos + NM);
+      g->h_hid = (float *)(g->h_best + NM);
+    }
+  }
   if (st) {
     mtpq__cuda_session_close(g);
     return st;
@@ -358,63 +217,218 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   return MTPQ_OK;
 }
 
-static int blocks_for(int64_t rows) { return (int)((rows + 7) / 8); }
+extern "C" void mtpq__cuda_select(void *p, int seq) { static_cast<gpu_session *>(p)->cur = seq; }
+
+// ---- plans: the task lists of one token count ------------------------------------
+
+static mv_task dense_task(int lin, const float *x, int64_t xs, float *y, int64_t ys, int nb) {
+  mv_task t;
+  memset(&t, 0, sizeof t);
+  t.nterm = 1, t.nb = nb, t.tok = 0, t.xs = xs, t.ys = ys, t.y = y;
+  t.t[0] = mv_term{lin, -1, x, nullptr};
+  return t;
+}
+
+static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_launch *m, struct mtpq_err *err) {
+  m->ntask = (int)v.size();
+  if (v.empty()) return MTPQ_OK;
+  enum mtpq_status st = dalloc(g, &m->dev, v.size() * sizeof(mv_task), err);
+  if (st) return st;
+  CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
+  m->nbmax = 0, m->rows = 0, m->cols = 0;
+  for (const mv_task &t : v) {
+    m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
+    for (int k = 0; k < t.nterm; k++) { // sel-chosen experts all share the shape of expert 0
+      const dlin &L = g->host_lins[t.t[k].lin];
+      m->rows = L.rows > m->rows ? L.rows : m->rows;
+      m->cols = L.cols > m->cols ? L.cols : m->cols;
+    }
+  }
+  return MTPQ_OK;
+}
+
+static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
+  plan &p = g->plans[n];
+  const struct mtpq_drafter *d = g->d;
+  const int64_t H = d->H, KV = d->Nkv * d->D, QG = 2 * d->Nq * d->D, E = d->moe ? d->E : 0, IM = g->IM;
+  const int K = g->K, S = K + 1;
+  enum mtpq_status st = put_tasks(g, {dense_task(L_FC, g->c, 2 * H, g->x0, H, n)}, &p.fc, err);
+  if (!st)
+    st = put_tasks(g, {dense_task(L_Q, g->a, H, g->qg, QG, n), dense_task(L_K, g->a, H, g->kk, KV, n),
+                       dense_task(L_V, g->a, H, g->vv, KV, n)}, &p.qkv, err);
+  if (!st) st = put_tasks(g, {dense_task(L_O, g->att, d->Nq * d->D, g->y, H, n)}, &p.o, err);
+  std::vector<mv_task> rs, gu, down;
+  const bool shared = d->sg.w != nullptr;
+  if (E) {
+    rs.push_back(dense_task(L_ROUTER, g->y2, H, g->pr, E, n));
+    if (d->seg.w) rs.push_back(dense_task(L_SEG, g->y2, H, g->z, 1, n));
+    for (int t = 0; t < n; t++)
+      for (int k = 0; k < K; k++)
+        for (int w = 0; w < 2; w++) {
+          mv_task x = dense_task(L_EXPERTS + (int)(w * E), g->y2 + t * H, H, (w ? g->ub : g->gb) + (t * S + k) * IM, 0, 1);
+          x.tok = t, x.t[0].sel_k = k;
+          gu.push_back(x);
+        }
+    for (int t = 0; t < n; t++) {
+      mv_task x = dense_task(L_EXPERTS + (int)(2 * E), nullptr, 0, g->m + t * H, 0, 1);
+      x.tok = t, x.nterm = 0;
+      for (int k = 0; k < K; k++)
+        x.t[x.nterm++] = mv_term{(int)(L_EXPERTS + 2 * E), k, g->act + (t * S + k) * IM, g->wsel + t * RT_KST + k};
+      if (shared) x.t[x.nterm++] = mv_term{L_SD, -1, g->act + (t * S + K) * IM, g->wsel + t * RT_KST + K};
+      down.push_back(x);
+    }
+  } else {
+    down.push_back(dense_task(L_SD, g->act + K * IM, S * IM, g->m, H, n));
+  }
+  if (shared) {
+    gu.push_back(dense_task(L_SG, g->y2, H, g->gb + K * IM, S * IM, n));
+    gu.push_back(dense_task(L_SU, g->y2, H, g->ub + K * IM, S * IM, n));
+  }
+  if (!st) st = put_tasks(g, rs, &p.rs, err);
+  if (!st) st = put_tasks(g, gu, &p.gu, err);
+  if (!st) st = put_tasks(g, down, &p.down, err);
+  mv_task hd = dense_task(L_HEAD, g->out, H, nullptr, d->head.rows, n);
+  hd.best = g->best;
+  if (!st) st = put_tasks(g, {hd}, &p.head, err);
+  hd.logits = g->logits;
+  if (!st) st = put_tasks(g, {hd}, &p.head_logits, err);
+  p.built = !st;
+  return st;
+}
+
+static void launch_mv(gpu_session *g, const mv_launch &m) {
+  if (!m.ntask) return;
+  const int NB = m.nbmax <= 1 ? 1 : m.nbmax <= 2 ? 2 : m.nbmax <= 4 ? 4 : 8;
+  const int R = NB <= 2 ? 4 : NB == 4 ? 2 : 1;
+  const int64_t nbands = (m.cols + 511) / 512;
+  const int bpt = nbands >= 8 ? 8 : nbands >= 4 ? 4 : nbands >= 2 ? 2 : 1, teams = 8 / bpt;
+  if (!g->fast) {
+    int64_t bx = (m.rows + 7) / 8;
+    k_mv_any<<<dim3((unsigned)(bx < 2048 ? bx : 2048), (unsigned)m.ntask), 256, 0, g->st>>>(g->lins, m.dev, g->sel);
+    return;
+  }
+  int64_t bx = (m.rows + teams * R - 1) / (teams * R);
+  dim3 grid((unsigned)(bx < 2048 ? bx : 2048), (unsigned)m.ntask);
+  switch (NB) {
+  case 1: k_mv<1, 4><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
+  case 2: k_mv<2, 4><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
+  case 4: k_mv<4, 2><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
+  default: k_mv<8, 1><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
+  }
+}
+
+// the kernels of one step for n tokens (inputs in g->tok/pos/seqa, hidden in g->out)
+static void enqueue_step(gpu_session *g, int n) {
+  const struct mtpq_drafter *d = g->d;
+  const plan &p = g->plans[n];
+  const int H = (int)d->H, Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
+  cudaStream_t s = g->st;
+  k_prep<<<n, 256, 0, s>>>(g->embed, g->tok, g->out, H, g->nrm[0], g->nrm[1], d->eps, g->c, g->scratch, g->best);
+  launch_mv(g, p.fc);
+  k_norm<<<n, 256, 0, s>>>(g->x0, g->nrm[2], H, d->eps, g->a);
+  launch_mv(g, p.qkv);
+  k_qk<<<dim3(Nq + Nkv, n), 256, D * 4, s>>>(g->qg, g->kk, g->vv, Nq, Nkv, D, (int)d->rot, g->pos, g->seqa, g->max_pos,
+                                            d->theta, g->nrm[4], g->nrm[5], d->eps, g->kc, g->vc);
+  k_attn<<<dim3(g->nsplit, Nkv, n), 256, (size_t)(G * D + G * RT_CS) * 4, s>>>(
+      g->qg, g->kc, g->vc, Nq, Nkv, D, g->pos, g->seqa, g->max_pos, g->window, g->nsplit, g->po, g->pm, g->pl);
+  k_attn_combine<<<dim3(Nq, n), 256, 0, s>>>(g->qg, g->po, g->pm, g->pl, Nq, D, g->pos, g->window, g->nsplit, g->att);
+  launch_mv(g, p.o);
+  k_add_norm<<<n, 256, 0, s>>>(g->y, g->x0, g->nrm[3], H, d->eps, g->y2);
+  const int S = g->K + 1;
+  if (d->moe) {
+    launch_mv(g, p.rs);
+    k_route<<<n, 32, (size_t)d->E * 4, s>>>(g->pr, g->z, (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr, g->sel,
+                                            g->wsel);
+  }
+  launch_mv(g, p.gu);
+  k_swiglu<<<64, 256, 0, s>>>(g->gb, g->ub, g->act, n * S, (int)g->IM, g->IM);
+  launch_mv(g, p.down);
+  k_final<<<n, 256, 0, s>>>(g->m, g->y, g->nrm[6], H, d->eps, g->out);
+}
+
+static void enqueue_chain_step(gpu_session *g, int n) {
+  enqueue_step(g, n);
+  launch_mv(g, g->plans[n].head);
+  k_next<<<1, 32, 0, g->st>>>(g->best, g->ids, g->tok, g->pos, g->rec, g->stepc, n);
+}
+
+static enum mtpq_status ensure(gpu_session *g, int n, bool chain, struct mtpq_err *err) {
+  plan &p = g->plans[n];
+  if (!p.built) {
+    enum mtpq_status st = build_plan(g, n, err);
+    if (st) return st;
+  }
+  cudaGraphExec_t &ex = chain ? p.chain : p.step;
+  if (!g->graphs || ex) return MTPQ_OK;
+  cudaGraph_t gr;
+  CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
+  if (chain) enqueue_chain_step(g, n);
+  else enqueue_step(g, n);
+  CK(cudaStreamEndCapture(g->st, &gr));
+  cudaError_t e = cudaGraphInstantiate(&ex, gr, 0);
+  cudaGraphDestroy(gr);
+  CK(e);
+  return MTPQ_OK;
+}
+
+static enum mtpq_status run(gpu_session *g, int n, bool chain, struct mtpq_err *err) {
+  cudaGraphExec_t ex = chain ? g->plans[n].chain : g->plans[n].step;
+  if (g->graphs) CK(cudaGraphLaunch(ex, g->st));
+  else if (chain) enqueue_chain_step(g, n);
+  else enqueue_step(g, n);
+  CK(cudaGetLastError());
+  return MTPQ_OK;
+}
+
+// token ids, positions, sequences and hidden states of n slots to the device
+static enum mtpq_status stage(gpu_session *g, int n, struct mtpq_err *err) {
+  const int64_t H = g->d->H;
+  CK(cudaMemcpyAsync(g->tok, g->h_tok, n * sizeof(int), cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemcpyAsync(g->seqa, g->h_seq, n * sizeof(int), cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemcpyAsync(g->pos, g->h_pos, n * sizeof(int64_t), cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemcpyAsync(g->out, g->h_hid, (size_t)(n * H) * 4, cudaMemcpyHostToDevice, g->st));
+  return MTPQ_OK;
+}
+
+static enum mtpq_status check_slot(const gpu_session *g, int32_t tok, int64_t pos, struct mtpq_err *err) {
+  if (pos < 0 || pos >= g->max_pos)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "position %lld outside the %lld-position cache", (long long)pos,
+                        (long long)g->max_pos);
+  if (tok < 0 || tok >= g->d->embed_rows)
+    return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the embedding (%lld rows)", tok,
+                        (long long)g->d->embed_rows);
+  return MTPQ_OK;
+}
 
 extern "C" enum mtpq_status mtpq__cuda_step(void *p, int n, const int32_t *tokens, const void *hidden,
                                             int hidden_bf16, const int64_t *positions, float *out_hidden,
                                             struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);
-  const struct mtpq_drafter *d = g->d;
-  int64_t H = d->H, E = d->moe ? d->E : 0;
-  std::vector<float> hf((size_t)H);
-  for (int i = 0; i < n; i++) {
-    int64_t pos = positions[i];
-    if (pos < 0 || pos >= g->max_pos)
-      return mtpq_err_set(err, MTPQ_E_INVAL, "position %lld outside the cache", (long long)pos);
-    if (tokens[i] < 0 || tokens[i] >= d->embed_rows)
-      return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the embedding", tokens[i]);
-    if (hidden_bf16)
-      for (int64_t j = 0; j < H; j++) {
-        uint16_t b;
-        memcpy(&b, (const unsigned char *)hidden + ((size_t)i * H + j) * 2, 2);
-        hf[j] = mtpq_bf16_to_f32(b);
-      }
-    else
-      memcpy(hf.data(), (const float *)hidden + (size_t)i * H, (size_t)H * 4);
-    CK(cudaMemcpy(g->hid_in, hf.data(), (size_t)H * 4, cudaMemcpyHostToDevice));
-    k_prep<<<1, 256>>>(g->embed, tokens[i], g->hid_in, H, g->nrm[0], g->nrm[1], d->eps, g->c, g->t1);
-    k_matvec<<<blocks_for(d->fc.rows), 256>>>(g->lins + L_FC, nullptr, 0, g->c, g->x0, nullptr, 0);
-    k_norm<<<1, 256>>>(g->x0, g->nrm[2], (int)H, d->eps, g->a);
-    k_matvec<<<blocks_for(d->q.rows), 256>>>(g->lins + L_Q, nullptr, 0, g->a, g->qg, nullptr, 0);
-    k_matvec<<<blocks_for(d->k.rows), 256>>>(g->lins + L_K, nullptr, 0, g->a, g->kv_k, nullptr, 0);
-    k_matvec<<<blocks_for(d->v.rows), 256>>>(g->lins + L_V, nullptr, 0, g->a, g->kv_v, nullptr, 0);
-    k_qk<<<(unsigned)(d->Nq + d->Nkv), 256>>>(g->qg, g->kv_k, g->kv_v, (int)d->Nq, (int)d->Nkv, (int)d->D, (int)d->rot,
-                                               pos, d->theta, g->nrm[4], g->nrm[5], d->eps, g->kc, g->vc);
-    int64_t lo = g->window > 0 && pos + 1 > g->window ? pos + 1 - g->window : 0;
-    k_attn<<<(unsigned)d->Nq, 256>>>(g->qg, g->kc, g->vc, (int)d->Nq, (int)d->Nkv, (int)d->D, pos, lo, g->sc, g->att);
-    k_matvec<<<blocks_for(d->o.rows), 256>>>(g->lins + L_O, nullptr, 0, g->att, g->y, nullptr, 0);
-    k_add_norm<<<1, 256>>>(g->y, g->x0, g->nrm[3], (int)H, d->eps, g->y2);
-    k_zero<<<8, 256>>>(g->m, H);
-    if (E) {
-      k_matvec<<<blocks_for(E), 256>>>(g->lins + L_ROUTER, nullptr, 0, g->y2, g->pr, nullptr, 0);
-      int K = (int)(d->topk < 64 ? d->topk : 64);
-      k_route<<<1, 256>>>(g->pr, (int)E, K, d->norm_topk, g->sel, g->wsel);
-      for (int k = 0; k < K; k++) {
-        int64_t I = d->eg[0].rows;
-        k_matvec<<<blocks_for(I), 256>>>(g->lins + L_EXPERTS, g->sel, k, g->y2, g->g1, nullptr, 0);
-        k_matvec<<<blocks_for(I), 256>>>(g->lins + L_EXPERTS + E, g->sel, k, g->y2, g->u1, nullptr, 0);
-        k_silu_mul<<<8, 256>>>(g->g1, g->u1, I);
-        k_matvec<<<blocks_for(H), 256>>>(g->lins + L_EXPERTS + 2 * E, g->sel, k, g->g1, g->m, g->wsel, 1);
-      }
-      k_matvec<<<1, 256>>>(g->lins + L_SEG, nullptr, 0, g->y2, g->z, nullptr, 0);
+  const int64_t H = g->d->H;
+  for (int i = 0; i < n;) {
+    int c = 1; // a chunk: up to 8 slots at strictly increasing positions (each sees the earlier ones)
+    while (i + c < n && c < RT_NMAX && positions[i + c] > positions[i + c - 1]) c++;
+    for (int j = 0; j < c; j++) {
+      enum mtpq_status st = check_slot(g, tokens[i + j], positions[i + j], err);
+      if (st) return st;
+      g->h_tok[j] = tokens[i + j], g->h_pos[j] = positions[i + j], g->h_seq[j] = g->cur;
+      if (hidden_bf16)
+        for (int64_t k = 0; k < H; k++) {
+          uint16_t b;
+          memcpy(&b, (const unsigned char *)hidden + ((size_t)(i + j) * H + k) * 2, 2);
+          g->h_hid[j * H + k] = mtpq_bf16_to_f32(b);
+        }
+      else
+        memcpy(g->h_hid + j * H, (const float *)hidden + (size_t)(i + j) * H, (size_t)H * 4);
     }
-    k_matvec<<<blocks_for(d->sg.rows), 256>>>(g->lins + L_SG, nullptr, 0, g->y2, g->g1, nullptr, 0);
-    k_matvec<<<blocks_for(d->su.rows), 256>>>(g->lins + L_SU, nullptr, 0, g->y2, g->u1, nullptr, 0);
-    k_silu_mul<<<8, 256>>>(g->g1, g->u1, d->sg.rows);
-    k_matvec<<<blocks_for(H), 256>>>(g->lins + L_SD, nullptr, 0, g->g1, g->t1, nullptr, 0);
-    k_final<<<1, 256>>>(g->m, g->t1, g->z, E > 0, g->y, g->nrm[6], (int)H, d->eps, g->out);
-    CK(cudaGetLastError());
-    CK(cudaMemcpy(out_hidden + (size_t)i * H, g->out, (size_t)H * 4, cudaMemcpyDeviceToHost));
+    enum mtpq_status st = ensure(g, c, false, err);
+    if (!st) st = stage(g, c, err);
+    if (!st) st = run(g, c, false, err);
+    if (st) return st;
+    CK(cudaMemcpyAsync(g->h_hid, g->out, (size_t)(c * H) * 4, cudaMemcpyDeviceToHost, g->st));
+    CK(cudaStreamSynchronize(g->st));
+    memcpy(out_hidden + (size_t)i * H, g->h_hid, (size_t)(c * H) * 4);
+    i += c;
   }
   return MTPQ_OK;
 }
@@ -423,12 +437,18 @@ extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_
                                             struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);
   const struct mtpq_drafter *d = g->d;
-  CK(cudaMemcpy(g->hid_in, hidden, (size_t)d->H * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemset(g->best, 0, sizeof(unsigned long long)));
-  k_head<<<blocks_for(d->head.rows), 256>>>(g->lins + L_HEAD, g->hid_in, g->best, logits ? g->logits : nullptr);
-  unsigned long long key = 0;
-  CK(cudaMemcpy(&key, g->best, sizeof key, cudaMemcpyDeviceToHost));
-  int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(key & 0xFFFFFFFFu));
+  if (!g->plans[1].built) {
+    enum mtpq_status st = build_plan(g, 1, err);
+    if (st) return st;
+  }
+  memcpy(g->h_hid, hidden, (size_t)d->H * 4);
+  CK(cudaMemcpyAsync(g->out, g->h_hid, (size_t)d->H * 4, cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemsetAsync(g->best, 0, sizeof(unsigned long long), g->st));
+  launch_mv(g, logits ? g->plans[1].head_logits : g->plans[1].head);
+  CK(cudaGetLastError());
+  CK(cudaMemcpyAsync(g->h_best, g->best, sizeof(unsigned long long), cudaMemcpyDeviceToHost, g->st));
+  CK(cudaStreamSynchronize(g->st));
+  int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(g->h_best[0] & 0xFFFFFFFFu));
   *tok = (int32_t)(d->reduced ? d->ids[row] : row);
   if (logits) {
     std::vector<float> small((size_t)d->head.rows);
@@ -440,5 +460,33 @@ extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_
       memcpy(logits, small.data(), small.size() * 4);
     }
   }
+  return MTPQ_OK;
+}
+
+extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *tokens, const float *hidden,
+                                             const int64_t *positions, int steps, int32_t *out_tokens,
+                                             struct mtpq_err *err) {
+  gpu_session *g = static_cast<gpu_session *>(p);
+  const int64_t H = g->d->H;
+  if (n < 1 || n > g->nseq)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d sequences in a session of %d", n, g->nseq);
+  if (steps < 1 || steps > RT_MAXSTEPS)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d draft steps: 1..%d", steps, RT_MAXSTEPS);
+  for (int j = 0; j < n; j++) {
+    enum mtpq_status st = check_slot(g, tokens[j], positions[j] + steps - 1, err);
+    if (!st) st = check_slot(g, tokens[j], positions[j], err);
+    if (st) return st;
+    g->h_tok[j] = tokens[j], g->h_pos[j] = positions[j], g->h_seq[j] = j;
+  }
+  memcpy(g->h_hid, hidden, (size_t)(n * H) * 4);
+  enum mtpq_status st = ensure(g, n, true, err);
+  if (!st) st = stage(g, n, err);
+  if (st) return st;
+  CK(cudaMemsetAsync(g->stepc, 0, sizeof(int), g->st));
+  for (int s = 0; s < steps && !st; s++) st = run(g, n, true, err);
+  if (st) return st;
+  CK(cudaMemcpyAsync(g->h_rec, g->rec, (size_t)(steps * n) * sizeof(int), cudaMemcpyDeviceToHost, g->st));
+  CK(cudaStreamSynchronize(g->st));
+  memcpy(out_tokens, g->h_rec, (size_t)(steps * n) * sizeof(int32_t));
   return MTPQ_OK;
 }

@@ -2,7 +2,13 @@
  * device or a CUDA build): the tiny model's stock drafter and its quantized
  * drafter (FP8 linears, NVFP4 experts, reduced FP8 head, written by the
  * library in a scratch directory), first-pass outputs and chained steps, and
- * the full greedy replay of every trace with both backends. */
+ * the full greedy replay of every trace with both backends; then random
+ * small targets (gen_fixture: widths that fill part of a 512-column band,
+ * 1..8 query heads per KV head, a width that is not a multiple of 16 for
+ * the generic kernel) stock and quantized: a 40-slot prefill (chunks of up
+ * to 8 slots) within relative error 1e-5 of the CPU, and batched drafts of
+ * 3 sequences with different contexts giving the CPU's tokens.
+ * Tolerance: both backends accumulate in float32 in different orders. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +95,95 @@ static void compare_backends(const char *drafter) {
 START_TEST(test_stock) { compare_backends(NULL); }
 END_TEST
 
+static char *scratch;
+
+/* one random target: prefill + batched drafts, CPU vs CUDA */
+static void compare_random(const char *target, const char *drafter, int64_t ctx0) {
+  struct mtpq_err err = {0};
+  struct mtpq_drafter *d = NULL;
+  ck_assert_msg(mtpq_drafter_open(target, drafter, &d, &err) == MTPQ_OK, "%s", err.msg);
+  int64_t H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
+  enum { NS = 3, STEPS = 4, PRE = 40 };
+  struct mtpq_session *c = NULL, *g = NULL;
+  ck_assert_int_eq(mtpq_session_open_batch(d, MTPQ_BACKEND_CPU, ctx0 + PRE + STEPS, 0, NS, &c, &err), MTPQ_OK);
+  ck_assert_msg(mtpq_session_open_batch(d, MTPQ_BACKEND_CUDA, ctx0 + PRE + STEPS, 0, NS, &g, &err) == MTPQ_OK, "%s",
+                err.msg);
+  float *h = malloc((size_t)(PRE * H) * 4), *oc = malloc((size_t)(PRE * H) * 4), *og = malloc((size_t)(PRE * H) * 4);
+  int32_t tok[PRE];
+  int64_t pos[PRE], start[NS];
+  uint64_t r = 88172645463325252ull;
+  double worst = 0;
+  for (int q = 0; q < NS; q++) { /* sequence q: ctx0 + 13 q positions, in slots of PRE */
+    ck_assert_int_eq(mtpq_session_select(c, q, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_session_select(g, q, &err), MTPQ_OK);
+    int64_t len = ctx0 + 13 * q;
+    for (int64_t p0 = 0; p0 < len; p0 += PRE) {
+      int n = (int)(len - p0 < PRE ? len - p0 : PRE);
+      for (int i = 0; i < n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        tok[i] = (int32_t)(r % (uint64_t)V), pos[i] = p0 + i;
+        for (int64_t j = 0; j < H; j++) r ^= r << 13, r ^= r >> 7, r ^= r << 17, h[i * H + j] = (float)((r >> 40) % 2001) / 1000.0f - 1.0f;
+      }
+      ck_assert_int_eq(mtpq_session_step(c, n, tok, h, 0, pos, oc, &err), MTPQ_OK);
+      ck_assert_msg(mtpq_session_step(g, n, tok, h, 0, pos, og, &err) == MTPQ_OK, "%s", err.msg);
+      double e = rel_err(og, oc, (size_t)(n * H));
+      worst = e > worst ? e : worst;
+    }
+    start[q] = len;
+  }
+  ck_assert_msg(worst < 1e-5, "%s: prefill relative error %.3g", drafter ? drafter : target, worst);
+  int32_t t0[NS], dc[NS * STEPS], dg[NS * STEPS];
+  for (int q = 0; q < NS; q++) t0[q] = tok[q];
+  ck_assert_int_eq(mtpq_session_draft(c, NS, t0, h, start, STEPS, dc, &err), MTPQ_OK);
+  ck_assert_msg(mtpq_session_draft(g, NS, t0, h, start, STEPS, dg, &err) == MTPQ_OK, "%s", err.msg);
+  int same = 0;
+  for (int i = 0; i < NS * STEPS; i++) same += dc[i] == dg[i];
+  printf("%s: prefill relative error %.3g; batched drafts %d/%d tokens equal\n", drafter ? drafter : target, worst,
+         same, NS * STEPS);
+  ck_assert_int_eq(same, NS * STEPS);
+  free(h), free(oc), free(og);
+  mtpq_session_close(c), mtpq_session_close(g);
+  mtpq_drafter_close(d);
+}
+
+START_TEST(test_random_shapes) {
+  /* hidden, experts, inter, heads, kv, head_dim, vocab, quantize */
+  /* (gen_fixture routes top-10) */
+  static const int sh[][8] = {{256, 16, 64, 4, 2, 64, 1000, 1}, {320, 16, 48, 8, 1, 32, 777, 1},
+                              {1024, 12, 96, 16, 2, 128, 3000, 1}, {200, 12, 40, 2, 2, 24, 500, 0}};
+  for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
+    char dir[700], cmd[1600];
+    snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
+    snprintf(cmd, sizeof cmd, "%s %s --hidden %d --experts %d --inter %d --heads %d --kv %d --head-dim %d --vocab %d "
+             "--seed %zu > /dev/null", MTPQ_GEN_FIXTURE, dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4],
+             sh[k][5], sh[k][6], k + 7);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    compare_random(dir, NULL, 21 + 9 * (int64_t)k);
+    if (!sh[k][7]) continue;
+    /* a reduced head of every 3rd id */
+    struct mtpq_err err = {0};
+    char ids[760], q[760];
+    snprintf(ids, sizeof ids, "%s/ids.safetensors", dir);
+    snprintf(q, sizeof q, "%s-q", dir);
+    int64_t n = (sh[k][6] + 2) / 3, shape[1] = {n};
+    int64_t *v = malloc((size_t)n * 8);
+    for (int64_t i = 0; i < n; i++) v[i] = 3 * i;
+    struct mtpq_st_writer *w = NULL;
+    ck_assert(!mtpq_stw_init(ids, &w, &err) && !mtpq_stw_add(w, "ids", MTPQ_DTYPE_I64, 1, shape, &err) &&
+              !mtpq_stw_begin(w, &err) && !mtpq_stw_write_all(w, "ids", v, (uint64_t)n * 8, &err) &&
+              !mtpq_stw_commit(w, &err));
+    mtpq_stw_free(w);
+    free(v);
+    struct mtpq_drafter_params p = mtpq_drafter_default_params();
+    p.target = dir, p.vocab_ids = ids, p.out = q, p.expert_input_scale = 0.1667;
+    struct mtpq_plan *pl = NULL;
+    ck_assert_msg(!mtpq_drafter_plan(&p, &pl, &err) && !mtpq_drafter_write(&p, pl, NULL, NULL, &err), "%s", err.msg);
+    mtpq_plan_free(pl);
+    compare_random(dir, q, 30 + 5 * (int64_t)k);
+  }
+}
+END_TEST
+
 START_TEST(test_quantized) { compare_backends(qdir); }
 END_TEST
 
@@ -108,6 +203,7 @@ int main(void) {
     return 1;
   }
   qdir = tu_path(dir, "q");
+  scratch = dir;
   /* a quantized drafter of the tiny model: ids every 2nd id below 151669 */
   char *ids = tu_path(dir, "ids.safetensors");
   struct mtpq_st_writer *w = NULL;
@@ -133,6 +229,7 @@ int main(void) {
   TCase *tc = tcase_create("runtime");
   tcase_add_test(tc, test_stock);
   tcase_add_test(tc, test_quantized);
+  tcase_add_test(tc, test_random_shapes);
   tcase_set_timeout(tc, 600);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """bench-step on the tiny model (CPU backend): the bytes-read column must
 equal a count made here from the safetensors headers and config.json (every
-mtp.* linear except norms and experts, top-k experts, the head, one
-embedding row, float32 K/V of context+1 positions); rows for every context
-and drafter; the estimate line follows its formula; bad options refused.
+mtp.* linear except norms and experts and the head once; per sequence top-k
+experts, one embedding row, float32 K/V of the mean attended context
+ctx + (k+1)//2); rows for every context and batch; the estimate line
+follows its formula; bad options refused.
 Usage: test_bench_step.py MTPQ TESTDATA
 """
 import json
@@ -43,30 +44,37 @@ expert = sum(v for k, v in sz.items() if k.startswith("mtp.") and ".experts.0." 
 head = sz["lm_head.weight"] if "lm_head.weight" in sz else sz["model.embed_tokens.weight"]
 
 
-def expect(ctx):
-    return dense + topk * expert + head + 2 * H + (ctx + 1) * 2 * nkv * D * 4
+K = 3
 
 
-ctxs = (16, 100)
-p = subprocess.run([MTPQ, "bench-step", "--target", M, "--backend", "cpu", "--iters", "3",
-                    "--context", str(ctxs[0]), "--context", str(ctxs[1]), "--target-step-ms", "20", "--mal", "2.5"],
+def expect(ctx, b):
+    return dense + head + b * (topk * expert + 2 * H + (ctx + (K + 1) // 2) * 2 * nkv * D * 4)
+
+
+ctxs, bats = (16, 100), (1, 3)
+p = subprocess.run([MTPQ, "bench-step", "--target", M, "--backend", "cpu", "--iters", "3", "-k", str(K),
+                    "--context", str(ctxs[0]), "--context", str(ctxs[1]), "--batch", "1", "--batch", "3",
+                    "--target-step-ms", "20", "--mal", "2.5"],
                    capture_output=True, text=True)
 check(p.returncode == 0, f"bench-step rc {p.returncode}: {p.stderr}")
 rows = [l.split() for l in p.stdout.splitlines() if l.startswith("stock")]
-check(len(rows) == 2, f"expected 2 stock rows, got {p.stdout}")
-for ctx, r in zip(ctxs, rows):
-    # "stock (target mtp.*) CTX US MB GBS PCT FLOOR SPEEDUP"
-    got_ctx, us, mb = int(r[3]), float(r[4]), float(r[5])
-    check(got_ctx == ctx, f"context {got_ctx} != {ctx}")
-    check(abs(mb - expect(ctx) / 1e6) < 0.006, f"context {ctx}: {mb} MB read, expected {expect(ctx) / 1e6:.4f}")
-    check(us > 0, f"context {ctx}: {us} us")
+check(len(rows) == 4, f"expected 4 stock rows, got {p.stdout}")
+want_rows = [(c, b) for c in ctxs for b in bats]
+for (ctx, b), r in zip(want_rows, rows):
+    # "stock (target mtp.*) CTX BATCH US MB GBS PCT FLOOR SPEEDUP DRAFTS/S"
+    got_ctx, got_b, us, mb, dps = int(r[3]), int(r[4]), float(r[5]), float(r[6]), float(r[11])
+    check((got_ctx, got_b) == (ctx, b), f"row {got_ctx},{got_b} != {ctx},{b}")
+    check(abs(mb - expect(ctx, b) / 1e6) < 0.006, f"context {ctx} batch {b}: {mb} MB read, "
+          f"expected {expect(ctx, b) / 1e6:.4f}")
+    check(us > 0 and abs(dps - b / (us / 1e6)) <= 1 + 1e-3 * dps, f"context {ctx}: {us} us, {dps} drafts/s")
 est = [l for l in p.stdout.splitlines() if "est. decode" in l]
-check(len(est) == 2, f"expected 2 estimate lines: {p.stdout}")
+check(len(est) == 4, f"expected 4 estimate lines: {p.stdout}")
 for l, r in zip(est, rows):
     tps = float(l.split("est. decode")[1].split()[0])
-    want = 2.5 * 1e3 / (20 + 3 * float(r[4]) / 1e3)
+    want = 2.5 * 1e3 / (20 + K * float(r[5]) / 1e3)
     check(abs(tps - want) < 0.1 + 1e-3 * want, f"estimate {tps} != {want:.1f}")
-for bad, rc in ((["--backend", "tpu"], 2), (["--target-step-ms", "5"], 2), (["--iters", "0"], 2)):
+for bad, rc in ((["--backend", "tpu"], 2), (["--target-step-ms", "5"], 2), (["--iters", "0"], 2),
+                (["--batch", "9"], 2), (["-k", "0"], 2)):
     p = subprocess.run([MTPQ, "bench-step", "--target", M, *bad], capture_output=True, text=True)
     check(p.returncode == rc and "bench-step" in p.stderr, f"{bad}: rc {p.returncode} {p.stderr.strip()}")
 if failures:

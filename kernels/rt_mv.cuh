@@ -1,0 +1,304 @@
+// Matrix-vector kernels of the CUDA drafter runtime (included by
+// kernels/runtime_cuda.cu only). A launch runs a list of tasks (blockIdx.y);
+// a task computes y[j][r] = sum over its terms of w_term * dot(W_term[r], x_term[j])
+// for nb tokens j sharing the weights, so
+//   - q/k/v, router + shared_expert_gate, gate/up of every routed expert of
+//     every token and the shared expert are one launch each;
+//   - the MoE down projection sums the routed experts and the shared expert
+//     with their routing weights inside the kernel (no atomics: the result
+//     is the same on every run);
+//   - the head keeps, per token, the largest logit as a 64-bit key and
+//     publishes it with one atomicMax per block (the argmax fused with the
+//     matrix-vector product).
+// Weights stream once from HBM with 16-byte loads that bypass L1 and are
+// marked evict-first (__ldcs): a lane owns 16 consecutive columns of a row
+// (16 B of FP8, 32 B of BF16, 8 B of NVFP4 + its E4M3 block scale), a warp a
+// band of 512 columns, and the warps of a block split the bands of R rows,
+// combining their partial sums in shared memory. FP8 decodes through the
+// hardware E4M3 -> half conversion (exact), NVFP4 through a 256-entry table
+// (one byte -> two E2M1 values, low nibble first). Accumulation is float32;
+// the order of the sums differs from the CPU reference, hence the tolerance
+// the tests state.
+#pragma once
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define RT_NMAX 8   // tokens per launch
+#define RT_TMAX 17  // terms per task: up to 16 routed experts + the shared expert
+#define RT_KST 64   // stride of the per-token routing arrays
+
+struct dlin {
+  int f; // LIN_BF16 / LIN_FP8 / LIN_NVFP4
+  int64_t rows, cols;
+  const uint8_t *w;
+  const uint8_t *sc;
+  float s;
+};
+
+struct mv_term {
+  int lin;          // index into the weight table
+  int sel_k;        // >= 0: lin += sel[tok * RT_KST + sel_k] (the routed expert)
+  const float *x;   // input of token 0; token j at x + j * xs
+  const float *w;   // device scalar weighting the term (routing weight), or NULL
+};
+
+struct mv_task {
+  int nterm, nb, tok;
+  int64_t xs, ys;
+  float *y;                   // y[j * ys + r]; NULL with best
+  unsigned long long *best;   // argmax keys per token (the head), or NULL
+  float *logits;              // with best: the logits too, or NULL
+  mv_term t[RT_TMAX];
+};
+
+__device__ __forceinline__ float rt_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// ordered float bits << 32 | ~row: the max key is the largest logit, ties to the lower row
+__device__ __forceinline__ unsigned long long rt_argmax_key(float v, uint32_t row) {
+  uint32_t b = __float_as_uint(v);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
+}
+
+__device__ __forceinline__ float rt_e2m1(int c) {
+  const float m[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float v = m[c & 7];
+  return (c & 8) ? -v : v;
+}
+
+__device__ __forceinline__ float rt_e4m3(uint8_t b) {
+  __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+__device__ __forceinline__ float2 rt_e4m3x2(uint16_t two) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+// 16 weights of row r from column c0 (c0 % 16 == 0), as floats; returns the
+// NVFP4 block scale (1 for the other formats: their per-tensor scale is in the term weight)
+template <int F>
+__device__ __forceinline__ void rt_load16(const dlin &L, int64_t r, int64_t c0, uint4 *raw, uint8_t *sb) {
+  if (F == 1) { // FP8
+    raw[0] = __ldcs(reinterpret_cast<const uint4 *>(L.w + r * L.cols + c0));
+  } else if (F == 0) { // BF16
+    const uint4 *p = reinterpret_cast<const uint4 *>(L.w + (r * L.cols + c0) * 2);
+    raw[0] = __ldcs(p);
+    raw[1] = __ldcs(p + 1);
+  } else { // NVFP4
+    uint2 v = __ldcs(reinterpret_cast<const uint2 *>(L.w + (r * L.cols + c0) / 2));
+    raw[0] = make_uint4(v.x, v.y, 0, 0);
+    *sb = L.sc[r * (L.cols / 16) + c0 / 16];
+  }
+}
+
+template <int F>
+__device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const float2 *lut, float *w) {
+  if (F == 1) {
+    const uint32_t u[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      float2 a = rt_e4m3x2((uint16_t)(u[i] & 0xFFFF)), b = rt_e4m3x2((uint16_t)(u[i] >> 16));
+      w[4 * i] = a.x, w[4 * i + 1] = a.y, w[4 * i + 2] = b.x, w[4 * i + 3] = b.y;
+    }
+  } else if (F == 0) {
+    const uint32_t u[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[2 * i] = __uint_as_float(u[i] << 16), w[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+  } else {
+    const uint32_t u[2] = {raw[0].x, raw[0].y};
+    float s = rt_e4m3(sb);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      float2 v = lut[(u[i / 4] >> (8 * (i % 4))) & 0xFF];
+      w[2 * i] = v.x * s, w[2 * i + 1] = v.y * s;
+    }
+  }
+}
+
+// acc[i][j] += wt * dot(W[r0 + i, c0:c0+16], x_j[c0:c0+16]) for R rows and NB tokens
+template <int F, int NB, int R>
+__device__ __forceinline__ void rt_band(const dlin &L, int64_t r0, int64_t rows, int64_t c0, const float *x, int64_t xs,
+                                        int nb, float wt, const float2 *lut, float (&acc)[R][NB]) {
+  uint4 raw[R][2];
+  uint8_t sb[R];
+#pragma unroll
+  for (int i = 0; i < R; i++)
+    if (r0 + i < rows) rt_load16<F>(L, r0 + i, c0, raw[i], &sb[i]);
+  float xv[NB][16];
+#pragma unroll
+  for (int j = 0; j < NB; j++) {
+    if (j < nb) {
+      const float4 *p = reinterpret_cast<const float4 *>(x + j * xs + c0);
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        float4 v = p[q];
+        xv[j][4 * q] = v.x, xv[j][4 * q + 1] = v.y, xv[j][4 * q + 2] = v.z, xv[j][4 * q + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 16; e++) xv[j][e] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    if (r0 + i >= rows) continue;
+    float w[16];
+    rt_decode16<F>(raw[i], sb[i], lut, w);
+#pragma unroll
+    for (int j = 0; j < NB; j++) {
+      float p = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 16; e++) p = fmaf(w[e], xv[j][e], p);
+      acc[i][j] = fmaf(wt, p, acc[i][j]);
+    }
+  }
+}
+
+// blockDim 256 (8 warps); grid (row blocks, tasks). Every lin's cols % 16 == 0.
+template <int NB, int R>
+__global__ void __launch_bounds__(256) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
+  __shared__ float2 lut[256];
+  __shared__ mv_task T;
+  __shared__ dlin Ls[RT_TMAX];
+  __shared__ float Wt[RT_TMAX];
+  __shared__ float red[8][R * NB];
+  __shared__ unsigned long long bbest[8][NB];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  lut[tid] = make_float2(rt_e2m1(tid & 15), rt_e2m1(tid >> 4));
+  if (tid == 0) T = tasks[blockIdx.y];
+  __syncthreads();
+  if (tid < T.nterm) {
+    const mv_term &m = T.t[tid];
+    int li = m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0);
+    Ls[tid] = tab[li];
+    Wt[tid] = (m.w ? *m.w : 1.0f) * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s);
+  }
+  if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
+  __syncthreads();
+  const int64_t rows = Ls[0].rows;
+  int64_t maxc = 0;
+  for (int k = 0; k < T.nterm; k++) maxc = Ls[k].cols > maxc ? Ls[k].cols : maxc;
+  const int nbands = (int)((maxc + 511) / 512);
+  const int bpt = nbands >= 8 ? 8 : nbands >= 4 ? 4 : nbands >= 2 ? 2 : 1, teams = 8 / bpt;
+  const int team = warp / bpt, wb = warp % bpt;
+  const int nb = T.nb;
+  unsigned long long mybest[NB];
+#pragma unroll
+  for (int j = 0; j < NB; j++) mybest[j] = 0;
+  for (int64_t base = (int64_t)blockIdx.x * teams * R; base < rows; base += (int64_t)gridDim.x * teams * R) {
+    const int64_t r0 = base + (int64_t)team * R;
+    float acc[R][NB];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+      for (int j = 0; j < NB; j++) acc[i][j] = 0.0f;
+    for (int k = 0; k < T.nterm; k++) {
+      const dlin &L = Ls[k];
+      const float *x = T.t[k].x;
+      const int lb = (int)((L.cols + 511) / 512);
+      for (int b = wb; b < lb; b += bpt) {
+        const int64_t c0 = (int64_t)b * 512 + lane * 16;
+        if (c0 >= L.cols || r0 >= rows) continue;
+        if (L.f == 1) rt_band<1, NB, R>(L, r0, rows, c0, x, T.xs, nb, Wt[k], lut, acc);
+        else if (L.f == 0) rt_band<0, NB, R>(L, r0, rows, c0, x, T.xs, nb, Wt[k], lut, acc);
+        else rt_band<2, NB, R>(L, r0, rows, c0, x, T.xs, nb, Wt[k], lut, acc);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+      for (int j = 0; j < NB; j++) acc[i][j] = rt_warp_sum(acc[i][j]);
+    if (bpt > 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+          for (int j = 0; j < NB; j++) red[warp][i * NB + j] = acc[i][j];
+      __syncthreads();
+      if (lane == 0 && wb == 0)
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+          for (int j = 0; j < NB; j++) {
+            float s = 0.0f;
+            for (int q = 0; q < bpt; q++) s += red[warp + q][i * NB + j];
+            acc[i][j] = s;
+          }
+      __syncthreads();
+    }
+    if (lane == 0 && wb == 0) {
+#pragma unroll
+      for (int i = 0; i < R; i++) {
+        const int64_t r = r0 + i;
+        if (r >= rows) continue;
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+          if (j >= nb) continue;
+          if (T.best) {
+            unsigned long long key = rt_argmax_key(acc[i][j], (uint32_t)r);
+            mybest[j] = key > mybest[j] ? key : mybest[j];
+            if (T.logits) T.logits[j * T.ys + r] = acc[i][j];
+          } else {
+            T.y[j * T.ys + r] = acc[i][j];
+          }
+        }
+      }
+    }
+  }
+  if (T.best) {
+    if (lane == 0 && wb == 0)
+#pragma unroll
+      for (int j = 0; j < NB; j++) bbest[warp][j] = mybest[j];
+    __syncthreads();
+    if (tid < nb) {
+      unsigned long long m = 0;
+      for (int w = 0; w < 8; w++) m = bbest[w][tid] > m ? bbest[w][tid] : m;
+      if (m) atomicMax(T.best + tid, m);
+    }
+  }
+}
+
+// Any shape (cols % 16 != 0 somewhere): warp per row, one element per lane
+// per step; the same tasks and results, slower.
+__device__ __forceinline__ float rt_elem(const dlin &L, int64_t r, int64_t c) {
+  if (L.f == 0) return __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(L.w)[r * L.cols + c] << 16);
+  if (L.f == 1) return rt_e4m3(L.w[r * L.cols + c]);
+  uint8_t byte = L.w[(r * L.cols + c) / 2];
+  return rt_e2m1((c & 1) ? byte >> 4 : byte & 15) * rt_e4m3(L.sc[(r * L.cols + c) / 16]);
+}
+
+__global__ void __launch_bounds__(256) k_mv_any(const dlin *tab, const mv_task *tasks, const int *sel) {
+  __shared__ mv_task T;
+  if (threadIdx.x == 0) T = tasks[blockIdx.y];
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  int li0 = T.t[0].lin + (T.t[0].sel_k >= 0 ? sel[T.tok * RT_KST + T.t[0].sel_k] : 0);
+  const int64_t rows = tab[li0].rows;
+  for (int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * 8) {
+    for (int j = 0; j < T.nb; j++) {
+      float acc = 0.0f;
+      for (int k = 0; k < T.nterm; k++) {
+        const mv_term &m = T.t[k];
+        const dlin L = tab[m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0)];
+        float p = 0.0f;
+        for (int64_t c = lane; c < L.cols; c += 32) p += rt_elem(L, r, c) * m.x[j * T.xs + c];
+        acc += (m.w ? *m.w : 1.0f) * (L.f == 0 ? 1.0f : L.s) * p;
+      }
+      acc = rt_warp_sum(acc);
+      if (lane == 0) {
+        if (T.best) {
+          atomicMax(T.best + j, rt_argmax_key(acc, (uint32_t)r));
+          if (T.logits) T.logits[j * T.ys + r] = acc;
+        } else {
+          T.y[j * T.ys + r] = acc;
+        }
+      }
+    }
+  }
+}
