@@ -81,7 +81,7 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"), "-k", "0")
     check(p.returncode == 2, f"k=0: {p.returncode}")
     fx = os.path.join(tmp, "fx")
-    subprocess.run([GEN, fx, "--hidden", "64", "--experts", "4", "--inter", "32", "--heads", "2", "--kv", "1",
+    subprocess.run([GEN, fx, "--hidden", "64", "--experts", "12", "--inter", "32", "--heads", "2", "--kv", "1",
                     "--head-dim", "32", "--vocab", "151936"], check=True)
     p = run("bench-acceptance", "--target", fx, "--traces", os.path.join(T, "traces.safetensors"))
     check(p.returncode == 4 and "hidden size 128 but the drafter's is 64" in p.stderr, f"hidden mismatch: {p.stderr}")
