@@ -22,6 +22,7 @@ const struct cli_opt bench_step_opts[] = {
     {"target-step-ms", 0, OPT_REAL, 0, "X", "target verify-step time for the decode tokens/s estimate"},
     {"mal", 0, OPT_REAL, 0, "X", "mean acceptance length for the estimate (from bench-acceptance)"},
     {"k", 'k', OPT_UINT, 0, "N", "draft steps per timed call and per round of the estimate (default 3)"},
+    {"profile", 0, OPT_FLAG, 0, NULL, "CUDA: also print each kernel's time in one step (launched one by one)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -52,7 +53,7 @@ int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be) {
  * the timed steps attend over ctx+1 .. ctx+k positions). Returns the median
  * seconds per draft step (call / k). */
 static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, int64_t ctx, int batch, int k,
-                                  int iters, double *median, struct mtpq_err *err) {
+                                  int iters, const char *label, int profile, double *median, struct mtpq_err *err) {
   int64_t H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
   enum { CHUNK = 256 };
   struct mtpq_session *s = NULL;
@@ -89,6 +90,16 @@ static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, 
     if (i >= 0) t[i] = (cli_now_s() - t0) / k;
   }
   if (!st) *median = cli_median(t, iters);
+  if (!st && profile) {
+    const char *names[64];
+    double us[64], tot = 0;
+    int nk = mtpq_session_profile(s, batch, names, us, 64, err);
+    if (nk < 0) st = MTPQ_E_GPU;
+    for (int i = 0; i < nk; i++) tot += us[i];
+    if (nk > 0) printf("profile: %s, context %lld, batch %d: one step launched kernel by kernel, %.1f us\n", label,
+                       (long long)ctx, batch, tot);
+    for (int i = 0; i < nk; i++) printf("  %-32s %9.1f us\n", names[i], us[i]);
+  }
   free(h);
   free(out);
   free(t);
@@ -99,7 +110,7 @@ static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, 
 
 #define MAX_ROWS 9
 #define MAX_CTX 8
-#define MAX_BATCH 4
+#define MAX_BATCH 4 /* --batch values */
 
 int cmd_bench_step(int argc, char **argv) {
   struct cli_args a;
@@ -142,37 +153,39 @@ int cmd_bench_step(int argc, char **argv) {
     hbm = 4560.0, hsrc = "default";
   }
   int nr = 1 + a.set[idr];
-  static double sec[MAX_ROWS][MAX_CTX][MAX_BATCH];
-  static int64_t bytes[MAX_ROWS][MAX_CTX][MAX_BATCH];
-  for (int d = 0; d < nr; d++) {
-    struct mtpq_drafter *dr = NULL;
-    enum mtpq_status st = mtpq_drafter_open(target, d ? a.multi[idr][d - 1] : NULL, &dr, &err);
-    for (int c = 0; c < nctx && !st; c++)
-      for (int b = 0; b < nbat && !st; b++) {
-        /* the k timed steps attend over ctx+1 .. ctx+k positions: their mean */
-        bytes[d][c][b] = mtpq_drafter_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 4, bats[b]);
-        st = time_step(dr, be, ctxs[c], bats[b], k, iters, &sec[d][c][b], &err);
-      }
-    mtpq_drafter_close(dr);
-    if (st) return cli_fail(st, &err);
-  }
   printf("bench-step: %s backend%s%s, median of %d calls of %d draft steps (drafter forward + head argmax, fed back), "
          "HBM read %.0f GB/s (%s)\n", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", be == MTPQ_BACKEND_CUDA ? " on " : "",
          be == MTPQ_BACKEND_CUDA ? mtpq_gpu_name() : "", iters, k, hbm, hsrc);
   printf("%-30s %7s %5s %9s %9s %8s %6s %9s %8s %10s\n", "drafter", "context", "batch", "us/step", "MB read", "GB/s",
          "% HBM", "floor us", "speedup", "drafts/s");
+  fflush(stdout);
+  /* row by row, printed as measured (a long run shows its progress) */
   for (int c = 0; c < nctx; c++)
-    for (int b = 0; b < nbat; b++)
+    for (int b = 0; b < nbat; b++) {
+      double stock = 0;
       for (int d = 0; d < nr; d++) {
-        double sv = sec[d][c][b], us = sv * 1e6, gbs = (double)bytes[d][c][b] / sv / 1e9;
-        printf("%-30.30s %7lld %5d %9.1f %9.2f %8.1f %5.1f%% %9.1f %7.2fx %10.0f\n",
-               d ? a.multi[idr][d - 1] : "stock (target mtp.*)", (long long)ctxs[c], bats[b], us,
-               (double)bytes[d][c][b] / 1e6, gbs, 100.0 * gbs / hbm, (double)bytes[d][c][b] / (hbm * 1e3),
-               sec[0][c][b] / sv, bats[b] / sv);
+        struct mtpq_drafter *dr = NULL;
+        const char *name = d ? a.multi[idr][d - 1] : "stock (target mtp.*)";
+        double sv = 0;
+        int64_t by = 0;
+        enum mtpq_status st = mtpq_drafter_open(target, d ? a.multi[idr][d - 1] : NULL, &dr, &err);
+        if (!st) { /* the k timed steps attend over ctx+1 .. ctx+k positions: their mean */
+          by = mtpq_drafter_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 4, bats[b]);
+          st = time_step(dr, be, ctxs[c], bats[b], k, iters, d ? name : "stock", cli_has(bench_step_opts, &a, "profile"),
+                         &sv, &err);
+        }
+        mtpq_drafter_close(dr);
+        if (st) return cli_fail(st, &err);
+        if (d == 0) stock = sv;
+        double us = sv * 1e6, gbs = (double)by / sv / 1e9;
+        printf("%-30.30s %7lld %5d %9.1f %9.2f %8.1f %5.1f%% %9.1f %7.2fx %10.0f\n", name, (long long)ctxs[c], bats[b],
+               us, (double)by / 1e6, gbs, 100.0 * gbs / hbm, (double)by / (hbm * 1e3), stock / sv, bats[b] / sv);
         if (ts) /* one round: k draft steps, then one target verify step, yielding MAL tokens per sequence */
           printf("%-30s %7s %5s est. decode %.1f tokens/s per sequence = MAL %.3f / (%.3f ms + %d x %.4f ms)\n", "",
                  "", "", malv * 1e3 / (tstep + k * us / 1e3), malv, tstep, k, us / 1e3);
+        fflush(stdout);
       }
+    }
   printf("bytes = dense linears + head once, plus per sequence: top-k experts, one embedding row, float32 K/V of "
          "the positions attended; floor = bytes / HBM; speedup = stock us / this us; drafts/s = batch / step\n");
   return 0;

@@ -38,6 +38,11 @@ enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t m
 }
 void mtpq__cuda_session_close(void *g) { (void)g; }
 void mtpq__cuda_select(void *g, int seq) { (void)g, (void)seq; }
+int mtpq__cuda_profile(void *g, int n, const char **names, double *us, int max, struct mtpq_err *err) {
+  (void)g, (void)n, (void)names, (void)us, (void)max;
+  mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+  return -1;
+}
 enum mtpq_status mtpq__cuda_draft(void *g, int n, const int32_t *tokens, const float *hidden,
                                   const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err) {
   (void)g, (void)n, (void)tokens, (void)hidden, (void)positions, (void)steps, (void)out_tokens;

@@ -10,11 +10,11 @@
 //   - the head keeps, per token, the largest logit as a 64-bit key and
 //     publishes it with one atomicMax per block (the argmax fused with the
 //     matrix-vector product).
-// Weights stream once from HBM with 16-byte loads that bypass L1 and are
-// marked evict-first (__ldcs): a lane owns 16 consecutive columns of a row
-// (16 B of FP8, 32 B of BF16, 8 B of NVFP4 + its E4M3 block scale), a warp a
-// band of 512 columns, and the warps of a block split the bands of R rows,
-// combining their partial sums in shared memory. FP8 decodes through the
+// Weights stream once from HBM with 16-byte loads marked evict-first
+// (__ldcs): a lane owns 16 consecutive columns of a row in each 512-column
+// band (16 B of FP8, 32 B of BF16, 8 B of NVFP4 + its E4M3 block scale), a
+// warp owns R whole rows and keeps U loads in flight per lane, so partial
+// sums combine with shuffles only (no shared memory, no block barrier). FP8 decodes through the
 // hardware E4M3 -> half conversion (exact), NVFP4 through a 256-entry table
 // (one byte -> two E2M1 values, low nibble first). Accumulation is float32;
 // the order of the sums differs from the CPU reference, hence the tolerance
@@ -121,57 +121,79 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const 
   }
 }
 
-// acc[i][j] += wt * dot(W[r0 + i, c0:c0+16], x_j[c0:c0+16]) for R rows and NB tokens
-template <int F, int NB, int R>
-__device__ __forceinline__ void rt_band(const dlin &L, int64_t r0, int64_t rows, int64_t c0, const float *x, int64_t xs,
-                                        int nb, float wt, const float2 *lut, float (&acc)[R][NB]) {
-  uint4 raw[R][2];
-  uint8_t sb[R];
+// One term of a row set: the lane's chunks are (band b, row i) pairs, band
+// major, issued UU at a time so that UU loads are in flight per lane before
+// any is used (BF16 chunks are two loads: half as many). UU % R == 0 keeps
+// the row index a compile-time constant, and x (read through L1) is loaded
+// once per band and reused for the R rows: with one x load per weight chunk
+// the L1 traffic for x was 4 to 8 times the weight traffic and capped the
+// FP8 head at about 1.5 TB/s.
+template <int F, int NB, int R, int U>
+__device__ __forceinline__ void rt_term(const dlin &L, int64_t r0, int64_t rows, const float *x, int64_t xs, int nb,
+                                        float wt, const float2 *lut, int lane, float (&acc)[R][NB]) {
+  constexpr int UU = F == 0 ? (U / 2 >= R ? U / 2 : R) : U;
+  static_assert(UU % R == 0, "a batch holds whole bands");
+  const int lb = (int)((L.cols + 511) / 512), nq = lb * R;
+  for (int q0 = 0; q0 < nq; q0 += UU) {
+    uint4 raw[UU][F == 0 ? 2 : 1];
+    uint8_t sb[UU];
 #pragma unroll
-  for (int i = 0; i < R; i++)
-    if (r0 + i < rows) rt_load16<F>(L, r0 + i, c0, raw[i], &sb[i]);
-  float xv[NB][16];
-#pragma unroll
-  for (int j = 0; j < NB; j++) {
-    if (j < nb) {
-      const float4 *p = reinterpret_cast<const float4 *>(x + j * xs + c0);
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        float4 v = p[q];
-        xv[j][4 * q] = v.x, xv[j][4 * q + 1] = v.y, xv[j][4 * q + 2] = v.z, xv[j][4 * q + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 16; e++) xv[j][e] = 0.0f;
+    for (int u = 0; u < UU; u++) {
+      const int q = q0 + u, b = q / R, i = u % R;
+      const int64_t c0 = (int64_t)b * 512 + lane * 16;
+      if (q < nq && r0 + i < rows && c0 < L.cols) rt_load16<F>(L, r0 + i, c0, raw[u], &sb[u]);
     }
-  }
+    float xv[NB][16];
 #pragma unroll
-  for (int i = 0; i < R; i++) {
-    if (r0 + i >= rows) continue;
-    float w[16];
-    rt_decode16<F>(raw[i], sb[i], lut, w);
+    for (int u = 0; u < UU; u++) {
+      const int q = q0 + u, b = q / R, i = u % R;
+      const int64_t c0 = (int64_t)b * 512 + lane * 16;
+      if (i == 0 && q < nq && c0 < L.cols) {
 #pragma unroll
-    for (int j = 0; j < NB; j++) {
-      float p = 0.0f;
+        for (int j = 0; j < NB; j++) {
+          if (j >= nb) continue;
+          const float4 *p = reinterpret_cast<const float4 *>(x + j * xs + c0);
 #pragma unroll
-      for (int e = 0; e < 16; e++) p = fmaf(w[e], xv[j][e], p);
-      acc[i][j] = fmaf(wt, p, acc[i][j]);
+          for (int e4 = 0; e4 < 4; e4++) {
+            const float4 v = __ldg(p + e4);
+            xv[j][4 * e4] = v.x, xv[j][4 * e4 + 1] = v.y, xv[j][4 * e4 + 2] = v.z, xv[j][4 * e4 + 3] = v.w;
+          }
+        }
+      }
+      if (!(q < nq && r0 + i < rows && c0 < L.cols)) continue;
+      float w[16];
+      rt_decode16<F>(raw[u], sb[u], lut, w);
+#pragma unroll
+      for (int j = 0; j < NB; j++) {
+        if (j >= nb) continue;
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 16; e++) s = fmaf(w[e], xv[j][e], s);
+        acc[i][j] = fmaf(wt, s, acc[i][j]);
+      }
     }
   }
 }
 
-// blockDim 256 (8 warps); grid (row blocks, tasks). Every lin's cols % 16 == 0.
-template <int NB, int R>
-__global__ void __launch_bounds__(256) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
+// blockDim 256 (8 warps, each its own R rows); grid (row blocks, tasks).
+// Every lin's cols % 16 == 0. FMT: the format of every term (0 BF16, 1 FP8,
+// 2 NVFP4), or 3 for a mix chosen per term (the MoE down projection: NVFP4
+// experts + an FP8 shared expert); one format per kernel keeps the register
+// count (and so the blocks per SM) of that format alone.
+template <int NB, int R, int U, int FMT>
+__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
   __shared__ float2 lut[256];
   __shared__ mv_task T;
   __shared__ dlin Ls[RT_TMAX];
   __shared__ float Wt[RT_TMAX];
-  __shared__ float red[8][R * NB];
   __shared__ unsigned long long bbest[8][NB];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   lut[tid] = make_float2(rt_e2m1(tid & 15), rt_e2m1(tid >> 4));
-  if (tid == 0) T = tasks[blockIdx.y];
+  { // the task, copied by all threads
+    const int *src = reinterpret_cast<const int *>(tasks + blockIdx.y);
+    int *dst = reinterpret_cast<int *>(&T);
+    for (int i = tid; i < (int)(sizeof(mv_task) / 4); i += 256) dst[i] = src[i];
+  }
   __syncthreads();
   if (tid < T.nterm) {
     const mv_term &m = T.t[tid];
@@ -182,57 +204,28 @@ __global__ void __launch_bounds__(256) k_mv(const dlin *tab, const mv_task *task
   if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
   __syncthreads();
   const int64_t rows = Ls[0].rows;
-  int64_t maxc = 0;
-  for (int k = 0; k < T.nterm; k++) maxc = Ls[k].cols > maxc ? Ls[k].cols : maxc;
-  const int nbands = (int)((maxc + 511) / 512);
-  const int bpt = nbands >= 8 ? 8 : nbands >= 4 ? 4 : nbands >= 2 ? 2 : 1, teams = 8 / bpt;
-  const int team = warp / bpt, wb = warp % bpt;
-  const int nb = T.nb;
+  const int nb = T.nb, nterm = T.nterm;
   unsigned long long mybest[NB];
 #pragma unroll
   for (int j = 0; j < NB; j++) mybest[j] = 0;
-  for (int64_t base = (int64_t)blockIdx.x * teams * R; base < rows; base += (int64_t)gridDim.x * teams * R) {
-    const int64_t r0 = base + (int64_t)team * R;
+  for (int64_t r0 = ((int64_t)blockIdx.x * 8 + warp) * R; r0 < rows; r0 += (int64_t)gridDim.x * 8 * R) {
     float acc[R][NB];
 #pragma unroll
     for (int i = 0; i < R; i++)
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = 0.0f;
-    for (int k = 0; k < T.nterm; k++) {
+    for (int k = 0; k < nterm; k++) {
       const dlin &L = Ls[k];
-      const float *x = T.t[k].x;
-      const int lb = (int)((L.cols + 511) / 512);
-      for (int b = wb; b < lb; b += bpt) {
-        const int64_t c0 = (int64_t)b * 512 + lane * 16;
-        if (c0 >= L.cols || r0 >= rows) continue;
-        if (L.f == 1) rt_band<1, NB, R>(L, r0, rows, c0, x, T.xs, nb, Wt[k], lut, acc);
-        else if (L.f == 0) rt_band<0, NB, R>(L, r0, rows, c0, x, T.xs, nb, Wt[k], lut, acc);
-        else rt_band<2, NB, R>(L, r0, rows, c0, x, T.xs, nb, Wt[k], lut, acc);
-      }
+      if (FMT != 3) rt_term<FMT == 3 ? 0 : FMT, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
+      else if (L.f == 1) rt_term<1, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
+      else if (L.f == 0) rt_term<0, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
+      else rt_term<2, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
     }
 #pragma unroll
     for (int i = 0; i < R; i++)
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = rt_warp_sum(acc[i][j]);
-    if (bpt > 1) {
-      if (lane == 0)
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-          for (int j = 0; j < NB; j++) red[warp][i * NB + j] = acc[i][j];
-      __syncthreads();
-      if (lane == 0 && wb == 0)
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-          for (int j = 0; j < NB; j++) {
-            float s = 0.0f;
-            for (int q = 0; q < bpt; q++) s += red[warp + q][i * NB + j];
-            acc[i][j] = s;
-          }
-      __syncthreads();
-    }
-    if (lane == 0 && wb == 0) {
+    if (lane == 0) {
 #pragma unroll
       for (int i = 0; i < R; i++) {
         const int64_t r = r0 + i;
@@ -252,7 +245,7 @@ __global__ void __launch_bounds__(256) k_mv(const dlin *tab, const mv_task *task
     }
   }
   if (T.best) {
-    if (lane == 0 && wb == 0)
+    if (lane == 0)
 #pragma unroll
       for (int j = 0; j < NB; j++) bbest[warp][j] = mybest[j];
     __syncthreads();

@@ -144,6 +144,7 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, const float *kc, 
   for (int j = threadIdx.x; j < D; j += blockDim.x) {
     float o[16];
     for (int h = 0; h < 16; h++) o[h] = 0.0f;
+#pragma unroll 8
     for (int i = 0; i < n; i++) {
       float v = vb[(p0 + i) * KV + j];
 #pragma unroll
@@ -154,23 +155,44 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, const float *kc, 
   }
 }
 
-// grid (Nq, tokens): combine the splits, normalise, apply sigmoid(gate)
-__global__ void k_attn_combine(const float *qg, const float *po, const float *pm, const float *pl, int Nq, int D,
-                               const int64_t *pos, int window, int nsplit, float *att) {
-  const int h = blockIdx.x, t = blockIdx.y;
+// grid (Nq, tokens), 256 threads, 8 * D floats of shared memory: combine
+// the splits (warps over splits, lanes over dims), normalise, apply
+// sigmoid(gate)
+__global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const float *po, const float *pm,
+                                                      const float *pl, int Nq, int D, const int64_t *pos, int window,
+                                                      int nsplit, float *att) {
+  extern __shared__ float red[];
+  const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t p = pos[t];
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), s1 = (int)(p / RT_CS);
   const int64_t base = ((int64_t)t * Nq + h) * nsplit;
   float M = -INFINITY;
-  for (int s = s0; s <= s1; s++) M = fmaxf(M, pm[base + s]);
+  for (int s = s0 + lane; s <= s1; s += 32) M = fmaxf(M, pm[base + s]);
+  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
   float L = 0;
-  for (int s = s0; s <= s1; s++) L += pl[base + s] * expf(pm[base + s] - M);
+  for (int s = s0 + lane; s <= s1; s += 32) L += pl[base + s] * expf(pm[base + s] - M);
+  L = rt_warp_sum(L);
+  float o[16];
+  for (int q = 0; q < 16; q++) o[q] = 0.0f;
+  const int nq = (D + 31) / 32; // dims per lane (D <= 512)
+#pragma unroll 4
+  for (int s = s0 + warp; s <= s1; s += 8) {
+    const float w = expf(pm[base + s] - M);
+    const float *src = po + (base + s) * D;
+#pragma unroll
+    for (int q = 0; q < 16; q++)
+      if (q < nq && lane + 32 * q < D) o[q] += src[lane + 32 * q] * w;
+  }
+#pragma unroll
+  for (int q = 0; q < 16; q++)
+    if (q < nq && lane + 32 * q < D) red[warp * D + lane + 32 * q] = o[q];
+  __syncthreads();
   const float *gate = qg + (int64_t)t * 2 * Nq * D + (int64_t)h * 2 * D + D;
   for (int j = threadIdx.x; j < D; j += blockDim.x) {
-    float o = 0;
-    for (int s = s0; s <= s1; s++) o += po[(base + s) * D + j] * expf(pm[base + s] - M);
-    att[((int64_t)t * Nq + h) * D + j] = o / L * (1.0f / (1.0f + expf(-gate[j])));
+    float v = 0;
+    for (int w = 0; w < 8; w++) v += red[w * D + j];
+    att[((int64_t)t * Nq + h) * D + j] = v / L * (1.0f / (1.0f + expf(-gate[j])));
   }
 }
 

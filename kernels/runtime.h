@@ -89,6 +89,13 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
  * logits, -inf outside a reduced draft head. */
 void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits);
 
+/* CUDA backend: time each kernel of one draft step (+ head) for the n
+ * sequences of the last mtpq_session_draft, launched one by one with events
+ * between them; names[i] and us[i] for up to max kernels; returns the count,
+ * 0 on the CPU backend, -1 on error (err set). */
+int mtpq_session_profile(struct mtpq_session *s, int n, const char **names, double *us, int max,
+                         struct mtpq_err *err);
+
 /* Hidden size of the session's drafter. */
 int64_t mtpq__session_hidden(const struct mtpq_session *s);
 

@@ -41,7 +41,7 @@ enum { L_FC, L_Q, L_K, L_V, L_O, L_ROUTER, L_SEG, L_SG, L_SU, L_SD, L_HEAD, L_EX
 
 struct mv_launch {
   mv_task *dev = nullptr;
-  int ntask = 0, nbmax = 0;
+  int ntask = 0, nbmax = 0, fmt = -1; // fmt: the terms' format, 3 when mixed
   int64_t rows = 0, cols = 0;
 };
 
@@ -75,7 +75,17 @@ struct gpu_session {
   float *h_hid;
   unsigned long long *h_best;
   plan plans[RT_NMAX + 1];
+  // profiling (mtpq__cuda_profile): an event after every kernel of a step
+  bool prof = false;
+  std::vector<cudaEvent_t> ev;
+  std::vector<const char *> evname;
 };
+
+static void mark(gpu_session *g, const char *name) {
+  if (!g->prof || g->evname.size() >= g->ev.size()) return;
+  cudaEventRecord(g->ev[g->evname.size()], g->st);
+  g->evname.push_back(name);
+}
 
 template <typename T>
 static enum mtpq_status dalloc(gpu_session *g, T **p, size_t n, struct mtpq_err *err) {
@@ -130,7 +140,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (d->moe && (d->topk > RT_TMAX - 1 || d->E > 4096))
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "top-%lld of %lld experts: the CUDA backend takes top-k <= %d",
                         (long long)d->topk, (long long)d->E, RT_TMAX - 1);
-  if ((d->Nq / d->Nkv) * (d->D + RT_CS) > 12288) /* the attention block's shared memory (48 KB) */
+  if ((d->Nq / d->Nkv) * (d->D + RT_CS) > 12288 || d->D > 512) /* the attention blocks' shared memory (48 KB) */
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "head_dim %lld x %lld query heads per KV head is too large",
                         (long long)d->D, (long long)(d->Nq / d->Nkv));
   gpu_session *g = new gpu_session();
@@ -240,6 +250,7 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     for (int k = 0; k < t.nterm; k++) { // sel-chosen experts all share the shape of expert 0
       const dlin &L = g->host_lins[t.t[k].lin];
+      m->fmt = m->fmt < 0 || m->fmt == L.f ? L.f : 3;
       m->rows = L.rows > m->rows ? L.rows : m->rows;
       m->cols = L.cols > m->cols ? L.cols : m->cols;
     }
@@ -296,24 +307,50 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   return st;
 }
 
+// Blocks of one k_mv variant that fit on the device at once: the grid is
+// capped there and the blocks loop over rows (a persistent grid), so the
+// per-block set-up (task, weight table, routed expert) is paid once per
+// block rather than once per 32 rows.
+template <typename K> static int resident(K kernel) {
+  int dev = 0, sms = 0, per = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, 256, 0);
+  return (sms > 0 ? sms : 132) * (per > 0 ? per : 1);
+}
+
+template <int NB, int R, int U, int F> static void mv_run(gpu_session *g, const mv_launch &m) {
+  static int cap = 0; // per instantiation
+  if (!cap) cap = resident(k_mv<NB, R, U, F>);
+  int64_t bx = (m.rows + 8 * R - 1) / (8 * R);
+  dim3 grid((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
+  k_mv<NB, R, U, F><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel);
+}
+
+template <int NB, int R, int U> static void mv_go(gpu_session *g, const mv_launch &m) {
+  switch (m.fmt) {
+  case 0: mv_run<NB, R, U, 0>(g, m); break;
+  case 1: mv_run<NB, R, U, 1>(g, m); break;
+  case 2: mv_run<NB, R, U, 2>(g, m); break;
+  default: mv_run<NB, R, U, 3>(g, m); break;
+  }
+}
+
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
   const int NB = m.nbmax <= 1 ? 1 : m.nbmax <= 2 ? 2 : m.nbmax <= 4 ? 4 : 8;
-  const int R = NB <= 2 ? 4 : NB == 4 ? 2 : 1;
-  const int64_t nbands = (m.cols + 511) / 512;
-  const int bpt = nbands >= 8 ? 8 : nbands >= 4 ? 4 : nbands >= 2 ? 2 : 1, teams = 8 / bpt;
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;
-    k_mv_any<<<dim3((unsigned)(bx < 2048 ? bx : 2048), (unsigned)m.ntask), 256, 0, g->st>>>(g->lins, m.dev, g->sel);
+    k_mv_any<<<dim3((unsigned)(bx < 4096 ? bx : 4096), (unsigned)m.ntask), 256, 0, g->st>>>(g->lins, m.dev, g->sel);
     return;
   }
-  int64_t bx = (m.rows + teams * R - 1) / (teams * R);
-  dim3 grid((unsigned)(bx < 2048 ? bx : 2048), (unsigned)m.ntask);
+  // several rows per warp only when there are rows enough for every block
+  const bool many = m.rows * m.ntask >= 8 * 4 * 264, huge = m.rows * m.ntask >= 8 * 8 * 264 * 4;
   switch (NB) {
-  case 1: k_mv<1, 4><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
-  case 2: k_mv<2, 4><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
-  case 4: k_mv<4, 2><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
-  default: k_mv<8, 1><<<grid, 256, 0, g->st>>>(g->lins, m.dev, g->sel); break;
+  case 1: huge ? mv_go<1, 8, 8>(g, m) : many ? mv_go<1, 4, 8>(g, m) : mv_go<1, 1, 8>(g, m); break;
+  case 2: many ? mv_go<2, 2, 8>(g, m) : mv_go<2, 1, 8>(g, m); break;
+  case 4: many ? mv_go<4, 2, 4>(g, m) : mv_go<4, 1, 4>(g, m); break;
+  default: many ? mv_go<8, 2, 4>(g, m) : mv_go<8, 1, 4>(g, m); break;
   }
 }
 
@@ -323,33 +360,52 @@ static void enqueue_step(gpu_session *g, int n) {
   const plan &p = g->plans[n];
   const int H = (int)d->H, Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
   cudaStream_t s = g->st;
+  mark(g, "start");
   k_prep<<<n, 256, 0, s>>>(g->embed, g->tok, g->out, H, g->nrm[0], g->nrm[1], d->eps, g->c, g->scratch, g->best);
+  mark(g, "embed+norms");
   launch_mv(g, p.fc);
+  mark(g, "fc");
   k_norm<<<n, 256, 0, s>>>(g->x0, g->nrm[2], H, d->eps, g->a);
+  mark(g, "input norm");
   launch_mv(g, p.qkv);
+  mark(g, "q,k,v");
   k_qk<<<dim3(Nq + Nkv, n), 256, D * 4, s>>>(g->qg, g->kk, g->vv, Nq, Nkv, D, (int)d->rot, g->pos, g->seqa, g->max_pos,
                                             d->theta, g->nrm[4], g->nrm[5], d->eps, g->kc, g->vc);
+  mark(g, "q/k norm+rope, KV write");
   k_attn<<<dim3(g->nsplit, Nkv, n), 256, (size_t)(G * D + G * RT_CS) * 4, s>>>(
       g->qg, g->kc, g->vc, Nq, Nkv, D, g->pos, g->seqa, g->max_pos, g->window, g->nsplit, g->po, g->pm, g->pl);
-  k_attn_combine<<<dim3(Nq, n), 256, 0, s>>>(g->qg, g->po, g->pm, g->pl, Nq, D, g->pos, g->window, g->nsplit, g->att);
+  mark(g, "attention (splits)");
+  k_attn_combine<<<dim3(Nq, n), 256, (size_t)(8 * D) * 4, s>>>(g->qg, g->po, g->pm, g->pl, Nq, D, g->pos, g->window,
+                                                              g->nsplit, g->att);
+  mark(g, "attention combine+gate");
   launch_mv(g, p.o);
+  mark(g, "o_proj");
   k_add_norm<<<n, 256, 0, s>>>(g->y, g->x0, g->nrm[3], H, d->eps, g->y2);
+  mark(g, "residual+norm");
   const int S = g->K + 1;
   if (d->moe) {
     launch_mv(g, p.rs);
+    mark(g, "router+shared gate");
     k_route<<<n, 32, (size_t)d->E * 4, s>>>(g->pr, g->z, (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr, g->sel,
                                             g->wsel);
+    mark(g, "softmax+top-k");
   }
   launch_mv(g, p.gu);
+  mark(g, "experts gate/up");
   k_swiglu<<<64, 256, 0, s>>>(g->gb, g->ub, g->act, n * S, (int)g->IM, g->IM);
+  mark(g, "swiglu");
   launch_mv(g, p.down);
+  mark(g, "experts down (weighted sum)");
   k_final<<<n, 256, 0, s>>>(g->m, g->y, g->nrm[6], H, d->eps, g->out);
+  mark(g, "final norm");
 }
 
 static void enqueue_chain_step(gpu_session *g, int n) {
   enqueue_step(g, n);
   launch_mv(g, g->plans[n].head);
+  mark(g, "head+argmax");
   k_next<<<1, 32, 0, g->st>>>(g->best, g->ids, g->tok, g->pos, g->rec, g->stepc, n);
+  mark(g, "feedback");
 }
 
 static enum mtpq_status ensure(gpu_session *g, int n, bool chain, struct mtpq_err *err) {
@@ -489,4 +545,27 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   CK(cudaStreamSynchronize(g->st));
   memcpy(out_tokens, g->h_rec, (size_t)(steps * n) * sizeof(int32_t));
   return MTPQ_OK;
+}
+
+extern "C" int mtpq__cuda_profile(void *p, int n, const char **names, double *us, int max, struct mtpq_err *err) {
+  gpu_session *g = static_cast<gpu_session *>(p);
+  if (n < 1 || n > RT_NMAX || !g->plans[n].built) {
+    mtpq_err_set(err, MTPQ_E_INVAL, "profile: run a %d-sequence draft first", n);
+    return -1;
+  }
+  g->ev.assign(64, nullptr); // created before the step: creating them between launches would stall it
+  for (cudaEvent_t &e : g->ev) cudaEventCreate(&e);
+  g->prof = true;
+  enqueue_chain_step(g, n); // the positions move on by one, as in a draft step
+  g->prof = false;
+  int k = 0;
+  if (cudaStreamSynchronize(g->st) == cudaSuccess)
+    for (size_t i = 1; i < g->evname.size() && k < max; i++, k++) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, g->ev[i - 1], g->ev[i]);
+      names[k] = g->evname[i], us[k] = ms * 1e3;
+    }
+  for (cudaEvent_t e : g->ev) cudaEventDestroy(e);
+  g->ev.clear(), g->evname.clear();
+  return k;
 }

@@ -13,6 +13,7 @@ extern "C" {
 enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window, int nseq,
                                          void **out, struct mtpq_err *err);
 void mtpq__cuda_select(void *g, int seq);
+int mtpq__cuda_profile(void *g, int n, const char **names, double *us, int max, struct mtpq_err *err);
 enum mtpq_status mtpq__cuda_draft(void *g, int n, const int32_t *tokens, const float *hidden,
                                   const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err);
 void mtpq__cuda_session_close(void *g);
