@@ -115,13 +115,17 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, const float *kc, 
   const float *vb = vc + (int64_t)seq[t] * max_pos * KV + (int64_t)g * D;
   for (int i = warp; i < n; i += 8) {
     const float *kr = kb + (p0 + i) * KV;
-    float acc[16];
+    float kv[16], acc[16]; // the row's loads all in flight at once (D <= 512)
+#pragma unroll
+    for (int q = 0; q < 16; q++) kv[q] = lane + 32 * q < D ? kr[lane + 32 * q] : 0.0f;
+#pragma unroll
     for (int h = 0; h < 16; h++) acc[h] = 0.0f;
-    for (int j = lane; j < D; j += 32) {
-      float kv = kr[j];
+#pragma unroll
+    for (int q = 0; q < 16; q++) {
+      if (lane + 32 * q >= D) continue;
 #pragma unroll
       for (int h = 0; h < 16; h++)
-        if (h < G) acc[h] += qs[h * D + j] * kv;
+        if (h < G) acc[h] += qs[h * D + lane + 32 * q] * kv[q];
     }
 #pragma unroll
     for (int h = 0; h < 16; h++)
@@ -254,10 +258,11 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int rows, i
   }
 }
 
-// out = norm(m + r2), one block per token
-__global__ void k_final(float *m, const float *r2, const float *w, int n, float eps, float *out) {
+// out = norm(m + m2 + r2) (routed experts, shared expert, residual), one
+// block per token
+__global__ void k_final(float *m, const float *m2, const float *r2, const float *w, int n, float eps, float *out) {
   const int64_t o = (int64_t)blockIdx.x * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) m[o + i] += r2[o + i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) m[o + i] += m2[o + i] + r2[o + i];
   __syncthreads();
   rt_zcnorm(m + o, w, n, eps, out + o);
 }

@@ -47,7 +47,7 @@ struct mv_launch {
 
 struct plan {
   bool built = false;
-  mv_launch fc, qkv, o, rs, gu, down, head, head_logits;
+  mv_launch fc, qkv, o, rs, gu, gus, down, downs, head, head_logits; // gus/downs: the shared expert
   cudaGraphExec_t step = nullptr, chain = nullptr;
 };
 
@@ -64,7 +64,7 @@ struct gpu_session {
   const uint8_t *embed;
   int64_t *ids;
   float *kc, *vc;
-  float *out, *scratch, *c, *x0, *a, *qg, *kk, *vv, *att, *y, *y2, *m, *pr, *z, *gb, *ub, *act, *po, *pm, *pl, *logits;
+  float *out, *scratch, *c, *x0, *a, *qg, *kk, *vv, *att, *y, *y2, *m, *m2, *pr, *z, *gb, *ub, *act, *po, *pm, *pl, *logits;
   int *sel, *tok, *seqa, *rec, *stepc;
   float *wsel;
   int64_t *pos;
@@ -189,11 +189,12 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->IM = (g->IM + 15) / 16 * 16;
   const int64_t slots = NM * (g->K + 1) * g->IM, ps = NM * d->Nq * (int64_t)g->nsplit;
   float **bufs[] = {&g->out, &g->scratch, &g->c, &g->x0, &g->a, &g->qg, &g->kk, &g->vv, &g->att, &g->y,
-                    &g->y2, &g->m, &g->pr, &g->z, &g->gb, &g->ub, &g->act, &g->po, &g->pm, &g->pl,
+                    &g->y2, &g->m, &g->m2, &g->pr, &g->z, &g->gb, &g->ub, &g->act, &g->po, &g->pm, &g->pl,
                     &g->logits, &g->kc, &g->vc, &g->wsel};
   size_t sizes[] = {(size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * 2 * H), (size_t)(NM * H), (size_t)(NM * H),
                     (size_t)(NM * QG), (size_t)(NM * KV), (size_t)(NM * KV), (size_t)(NM * d->Nq * d->D),
-                    (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * (E ? E : 1)), (size_t)NM,
+                    (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * (E ? E : 1)),
+                    (size_t)NM,
                     (size_t)slots, (size_t)slots, (size_t)slots, (size_t)(ps * d->D), (size_t)ps, (size_t)ps,
                     (size_t)d->head.rows, (size_t)(nseq * max_pos * KV), (size_t)(nseq * max_pos * KV),
                     (size_t)(NM * RT_KST)};
@@ -268,7 +269,11 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
     st = put_tasks(g, {dense_task(L_Q, g->a, H, g->qg, QG, n), dense_task(L_K, g->a, H, g->kk, KV, n),
                        dense_task(L_V, g->a, H, g->vv, KV, n)}, &p.qkv, err);
   if (!st) st = put_tasks(g, {dense_task(L_O, g->att, d->Nq * d->D, g->y, H, n)}, &p.o, err);
-  std::vector<mv_task> rs, gu, down;
+  // the routed experts (one format) and the shared expert (often another)
+  // run as separate launches so that each kernel is single-format; the
+  // shared expert's down projection goes to m2, weighted by
+  // sigmoid(shared_expert_gate) from k_route, and k_final adds the two
+  std::vector<mv_task> rs, gu, gus, down, downs;
   const bool shared = d->sg.w != nullptr;
   if (E) {
     rs.push_back(dense_task(L_ROUTER, g->y2, H, g->pr, E, n));
@@ -285,19 +290,25 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
       x.tok = t, x.nterm = 0;
       for (int k = 0; k < K; k++)
         x.t[x.nterm++] = mv_term{(int)(L_EXPERTS + 2 * E), k, g->act + (t * S + k) * IM, g->wsel + t * RT_KST + k};
-      if (shared) x.t[x.nterm++] = mv_term{L_SD, -1, g->act + (t * S + K) * IM, g->wsel + t * RT_KST + K};
       down.push_back(x);
+      if (shared) {
+        mv_task y = dense_task(L_SD, g->act + (t * S + K) * IM, 0, g->m2 + t * H, 0, 1);
+        y.t[0].w = g->wsel + t * RT_KST + K;
+        downs.push_back(y);
+      }
     }
   } else {
-    down.push_back(dense_task(L_SD, g->act + K * IM, S * IM, g->m, H, n));
+    downs.push_back(dense_task(L_SD, g->act + K * IM, S * IM, g->m2, H, n));
   }
   if (shared) {
-    gu.push_back(dense_task(L_SG, g->y2, H, g->gb + K * IM, S * IM, n));
-    gu.push_back(dense_task(L_SU, g->y2, H, g->ub + K * IM, S * IM, n));
+    gus.push_back(dense_task(L_SG, g->y2, H, g->gb + K * IM, S * IM, n));
+    gus.push_back(dense_task(L_SU, g->y2, H, g->ub + K * IM, S * IM, n));
   }
   if (!st) st = put_tasks(g, rs, &p.rs, err);
   if (!st) st = put_tasks(g, gu, &p.gu, err);
+  if (!st) st = put_tasks(g, gus, &p.gus, err);
   if (!st) st = put_tasks(g, down, &p.down, err);
+  if (!st) st = put_tasks(g, downs, &p.downs, err);
   mv_task hd = dense_task(L_HEAD, g->out, H, nullptr, d->head.rows, n);
   hd.best = g->best;
   if (!st) st = put_tasks(g, {hd}, &p.head, err);
@@ -392,11 +403,15 @@ static void enqueue_step(gpu_session *g, int n) {
   }
   launch_mv(g, p.gu);
   mark(g, "experts gate/up");
+  launch_mv(g, p.gus);
+  mark(g, "shared expert gate/up");
   k_swiglu<<<64, 256, 0, s>>>(g->gb, g->ub, g->act, n * S, (int)g->IM, g->IM);
   mark(g, "swiglu");
   launch_mv(g, p.down);
   mark(g, "experts down (weighted sum)");
-  k_final<<<n, 256, 0, s>>>(g->m, g->y, g->nrm[6], H, d->eps, g->out);
+  launch_mv(g, p.downs);
+  mark(g, "shared expert down");
+  k_final<<<n, 256, 0, s>>>(g->m, g->m2, g->y, g->nrm[6], H, d->eps, g->out);
   mark(g, "final norm");
 }
 

@@ -17,14 +17,16 @@ M=./build-gpu/mtpq G=./build-gpu/tests/gen_fixture T=/tmp/t80 TM=testdata/tiny-q
 DV=${MTPQ_DEVICE_VOCAB:-dv.safetensors}
 $G $T --nvfp4-target > /dev/null && $M quantize $T --vocab $DV --out /tmp/q80 --gpu | tail -1
 $M quantize $TM/model --vocab $DV --out /tmp/tq --expert-input-scale 0.1667 > /dev/null
-timeout 120 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 50 --profile \
-  2>&1 | tee "$OUT/step-4096-b1.txt"
-MTPQ_CUDA_GRAPHS=0 timeout 60 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 \
-  --iters 50 2>&1 | tee "$OUT/step-4096-b1-nographs.txt"
+if [ "${MTPQ_PROFILE:-1}" = 1 ]; then
+  timeout 120 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 50 --profile \
+    2>&1 | tee "$OUT/step-4096-b1.txt"
+  MTPQ_CUDA_GRAPHS=0 timeout 60 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 \
+    --iters 50 2>&1 | tee "$OUT/step-4096-b1-nographs.txt"
+fi
 (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
 tail -5 "$OUT/gpu-tests.txt"
-/usr/bin/time -f "bench-acceptance cuda: %e s" $M bench-acceptance --backend cuda --target $TM/model \
-  --traces $TM/traces.safetensors --drafter /tmp/tq 2>&1 | tee "$OUT/accept-cuda.txt" | tail -4
+[ "${MTPQ_ACCEPT:-1}" = 1 ] && /usr/bin/time -f "bench-acceptance cuda: %e s" $M bench-acceptance --backend cuda \
+  --target $TM/model --traces $TM/traces.safetensors --drafter /tmp/tq 2>&1 | tee "$OUT/accept-cuda.txt" | tail -4
 timeout 150 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --batch 1 --batch 2 \
   --batch 4 --batch 8 --iters 30 --target-step-ms 20 --mal 2.67 2>&1 | tee "$OUT/step-4096.txt"
 timeout ${MTPQ_T32K:-150} $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 32768 --batch 1 \
