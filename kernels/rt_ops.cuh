@@ -8,6 +8,9 @@
 // graph of the step does not depend on them.
 #pragma once
 #include "kernels/rt_mv.cuh"
+extern "C" {
+#include "kernels/rope.h"
+}
 
 __device__ float rt_block_sum(float v) { // blockDim.x == 256
   __shared__ float part[8];
@@ -64,15 +67,7 @@ __global__ void k_qk(float *qg, const float *kk, const float *vv, int Nq, int Nk
   __syncthreads();
   rt_zcnorm(buf, h < Nq ? nq : nk, D, eps, buf);
   __syncthreads();
-  const int half = rot / 2;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    double inv = pow((double)theta, -2.0 * (double)j / (double)rot);
-    double ang = (double)p * inv;
-    float c = (float)cos(ang), s = (float)sin(ang);
-    float a = buf[j], b = buf[j + half];
-    buf[j] = a * c - b * s;
-    buf[j + half] = b * c + a * s;
-  }
+  for (int j = threadIdx.x; j < rot / 2; j += blockDim.x) mtpq_rope_pair(buf, j, rot, p, theta);
   __syncthreads();
   if (h < Nq) {
     for (int j = threadIdx.x; j < D; j += blockDim.x) q[j] = buf[j];

@@ -9,6 +9,7 @@
 #include "io/util.h"
 #include "kernels/runtime.h"
 #include "kernels/runtime_model.h"
+#include "kernels/rope.h"
 #include "kernels/runtime_cuda.h"
 #include "quant/numerics.h"
 
@@ -338,15 +339,7 @@ static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float silu(float x) { return x * sigm(x); }
 
 static void rope(float *x, int64_t rot, int64_t pos, float theta) {
-  int64_t half = rot / 2;
-  for (int64_t j = 0; j < half; j++) {
-    double inv = pow((double)theta, -2.0 * (double)j / (double)rot);
-    double ang = (double)pos * inv;
-    float c = (float)cos(ang), sn = (float)sin(ang);
-    float a = x[j], b = x[j + half];
-    x[j] = a * c - b * sn;
-    x[j + half] = b * c + a * sn;
-  }
+  for (int64_t j = 0; j < rot / 2; j++) mtpq_rope_pair(x, j, rot, pos, theta);
 }
 
 /* Threaded head: argmax (and optionally logits) of out over the head rows. */
