@@ -113,11 +113,72 @@ START_TEST(test_replay_rules_and_errors) {
 }
 END_TEST
 
+/* Multi-sequence sessions: each sequence has its own cache (drafting two
+ * sequences in one session equals drafting each in a session of its own,
+ * whatever was prefilled into the other), the draft chain equals step +
+ * head fed back by hand, and the selection survives a draft. */
+START_TEST(test_sequences_and_draft) {
+  struct mtpq_err err = {0};
+  struct mtpq_drafter *d = NULL;
+  ck_assert_int_eq(mtpq_drafter_open(T "/model", NULL, &d, &err), MTPQ_OK);
+  enum { H = 128, PRE = 12, STEPS = 3 };
+  float h[PRE * H], out[PRE * H];
+  int32_t tok[2][PRE];
+  int64_t pos[PRE];
+  for (int i = 0; i < PRE * H; i++) h[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  for (int i = 0; i < PRE; i++) tok[0][i] = 100 + 7 * i, tok[1][i] = 5000 + 13 * i, pos[i] = i;
+  struct mtpq_session *b = NULL, *one[2] = {NULL, NULL};
+  ck_assert_int_eq(mtpq_session_open_batch(d, MTPQ_BACKEND_CPU, PRE + STEPS, 0, 2, &b, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_session_select(b, 2, &err), MTPQ_E_INVAL);
+  for (int q = 0; q < 2; q++) {
+    ck_assert_int_eq(mtpq_session_select(b, q, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_session_step(b, PRE - 2 * q, tok[q], h, 0, pos, out, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CPU, PRE + STEPS, 0, &one[q], &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_session_step(one[q], PRE - 2 * q, tok[q], h, 0, pos, out, &err), MTPQ_OK);
+  }
+  int32_t t0[2] = {tok[0][PRE - 1], tok[1][PRE - 3]}, drafted[2 * STEPS], solo[STEPS];
+  int64_t start[2] = {PRE, PRE - 2};
+  ck_assert_int_eq(mtpq_session_draft(b, 2, t0, h, start, STEPS, drafted, &err), MTPQ_OK);
+  for (int q = 0; q < 2; q++) {
+    ck_assert_int_eq(mtpq_session_draft(one[q], 1, &t0[q], h + q * H, &start[q], STEPS, solo, &err), MTPQ_OK);
+    for (int k = 0; k < STEPS; k++) ck_assert_int_eq(drafted[k * 2 + q], solo[k]);
+  }
+  /* by hand on sequence 0's own session: step, head, feed back */
+  struct mtpq_session *m = NULL;
+  ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CPU, PRE + STEPS, 0, &m, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_session_step(m, PRE, tok[0], h, 0, pos, out, &err), MTPQ_OK);
+  float x[H], y[H];
+  memcpy(x, h, sizeof x);
+  int32_t t = t0[0];
+  for (int k = 0; k < STEPS; k++) {
+    int64_t p = PRE + k;
+    ck_assert_int_eq(mtpq_session_step(m, 1, &t, x, 0, &p, y, &err), MTPQ_OK);
+    mtpq_session_head(m, y, &t, NULL);
+    ck_assert_int_eq(t, drafted[k * 2]);
+    memcpy(x, y, sizeof x);
+  }
+  /* the selection is kept across a draft; bad counts are refused */
+  ck_assert_int_eq(mtpq_session_select(b, 1, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_session_draft(b, 1, t0, h, start, STEPS, drafted, &err), MTPQ_OK);
+  int64_t p1 = PRE - 2;
+  ck_assert_int_eq(mtpq_session_step(b, 1, &t0[1], h, 0, &p1, out, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_session_draft(b, 3, t0, h, start, STEPS, drafted, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_session_draft(b, 1, t0, h, start, 0, drafted, &err), MTPQ_E_INVAL);
+  struct mtpq_session *bad = NULL;
+  ck_assert_int_eq(mtpq_session_open_batch(d, MTPQ_BACKEND_CPU, 4, 0, MTPQ_MAX_SEQS + 1, &bad, &err), MTPQ_E_INVAL);
+  mtpq_session_close(m);
+  mtpq_session_close(one[0]), mtpq_session_close(one[1]);
+  mtpq_session_close(b);
+  mtpq_drafter_close(d);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("runtime");
   TCase *tc = tcase_create("runtime");
   tcase_add_test(tc, test_forward_matches_torch);
   tcase_add_test(tc, test_replay_rules_and_errors);
+  tcase_add_test(tc, test_sequences_and_draft);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
