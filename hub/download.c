@@ -182,6 +182,23 @@ static enum mtpq_status write_ref(const char *rdir, const char *rev, const char 
   return mtpq__write_file_atomic(p, commit, strlen(commit), err);
 }
 
+/* Byte progress of one blob for the caller's callback, at most ~10 updates a second. */
+struct blob_progress {
+  const struct mtpq_download_opts *o;
+  const char *path;
+  uint64_t base, total;
+  double last;
+};
+
+static void on_blob_bytes(void *ud, uint64_t written) {
+  struct blob_progress *b = ud;
+  double now = mtpq__now();
+  if (now - b->last < 0.1) return;
+  b->last = now;
+  uint64_t done = b->base + written;
+  b->o->progress(b->o->progress_ud, b->path, done < b->total ? done : b->total - (b->total > 0), b->total);
+}
+
 /* Fetch one blob under its lock, resuming <blob>.incomplete. */
 static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct mtpq_download_opts *o,
                                    const char *rdir, const char *commit, const struct entry *e,
@@ -222,8 +239,13 @@ static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct 
   int fails = 0;
   while (have < e->size || e->size == 0) {
     struct hub_resp r;
-    if (o->progress) o->progress(o->progress_ud, e->path, have, e->size);
+    struct blob_progress bp = {o, e->path, have, e->size, mtpq__now()};
+    if (o->progress) {
+      o->progress(o->progress_ud, e->path, have, e->size);
+      hub_set_sink_progress(on_blob_bytes, &bp);
+    }
     st = hub_request(env, "GET", url, f, have ? have : HUB_NO_RANGE, &r, err);
+    hub_set_sink_progress(NULL, NULL);
     fflush(f);
     uint64_t now = (uint64_t)ftell(f);
     int restarted = r.restarted, progress = now > have || restarted;

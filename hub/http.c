@@ -60,7 +60,12 @@ struct sinkctx {
   uint64_t range_from;
   int bounded, refused, decided, to_file;
   struct hub_resp *r;
+  uint64_t written; /* to the sink by this request */
 };
+
+static _Thread_local hub_sink_progress_fn sink_progress;
+static _Thread_local void *sink_progress_ud;
+void hub_set_sink_progress(hub_sink_progress_fn fn, void *ud) { sink_progress = fn, sink_progress_ud = ud; }
 
 static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
   struct sinkctx *x = ud;
@@ -80,7 +85,12 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
       x->r->restarted = 1;
     }
   }
-  if (x->to_file) return fwrite(p, 1, len, x->sink) == len ? len : 0;
+  if (x->to_file) {
+    if (fwrite(p, 1, len, x->sink) != len) return 0;
+    x->written += len;
+    if (sink_progress) sink_progress(sink_progress_ud, x->written);
+    return len;
+  }
   if (x->r->len > (64u << 20)) return 0; /* an API body this large is not one we asked for */
   char *nb = realloc(x->r->body, x->r->len + len + 1);
   if (!nb) return 0;
@@ -207,7 +217,7 @@ static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char 
     }
     /* only an open-ended resume may restart the file on a 200 */
     struct sinkctx x = {c, sink, range_to == HUB_NO_RANGE ? range_from : HUB_NO_RANGE,
-                        range_from != HUB_NO_RANGE && range_to != HUB_NO_RANGE, 0, 0, 0, r};
+                        range_from != HUB_NO_RANGE && range_to != HUB_NO_RANGE, 0, 0, 0, r, 0};
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);

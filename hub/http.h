@@ -25,6 +25,12 @@ struct hub_resp {
 };
 void hub_resp_free(struct hub_resp *r);
 
+/* Byte progress of the body being written to a sink: fn(ud, n) after each
+ * piece, n = bytes written to the sink by the current request. One hook per
+ * thread; set it around a transfer, clear it with fn NULL. */
+typedef void (*hub_sink_progress_fn)(void *ud, uint64_t written);
+void hub_set_sink_progress(hub_sink_progress_fn fn, void *ud);
+
 /* One request (following up to 10 redirects). method "GET"/"HEAD"/"POST";
  * sink NULL: the body goes to r->body. range_from != HUB_NO_RANGE sends
  * Range: bytes=from-[to] (to == HUB_NO_RANGE: open-ended); a 200 answer to

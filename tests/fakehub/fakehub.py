@@ -47,6 +47,7 @@ ap.add_argument("--chunk-size", type=int, default=256 << 10)
 ap.add_argument("--cut-put", type=int, default=0, help="first N builtin-store PUTs close mid-upload")
 ap.add_argument("--lfs-error", type=int, default=0, help="first N objects to upload get a per-object batch error")
 ap.add_argument("--rename", action="append", default=[], help="OLD=NEW: repo OLD answers 307 to a relative NEW path")
+ap.add_argument("--throttle", type=int, default=0, help="builtin store GETs send at most this many KB/s")
 ap.add_argument("--create-403", action="store_true", help="repo creation answers 403 (a token that may not create)")
 ap.add_argument("--store", choices=["builtin", "moto"], default="builtin")
 ap.add_argument("--log", default=None)
@@ -502,6 +503,19 @@ class Store(Base):
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(2)
+            return
+        if args.throttle:  # in 16 KB pieces, paced
+            import time
+            log("store", self, status, len(body))
+            self.send_response(status)
+            for k, v in hdr:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(0, len(body), 16384):
+                self.wfile.write(body[i:i + 16384])
+                self.wfile.flush()
+                time.sleep(16.0 / args.throttle)
             return
         self.reply(status, body, hdr, server="store")
 

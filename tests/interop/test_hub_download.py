@@ -9,6 +9,8 @@
   it offline, and mtpq's cache equals the one the official client writes
   when it downloads the same repo (same blobs, links and refs);
 - a partial blob from an earlier run is resumed (bytes fetched asserted);
+- progress on a TTY (under script(1)): byte progress of a throttled LFS
+  download shows intermediate percentages and ends at 100%;
 - --include; HF_HUB_OFFLINE; exit codes: bad token 7, missing repo 8,
   corrupted LFS bytes 8 with nothing left in blobs/, no server 6;
 - a renamed repo (relative 307 on every endpoint) is followed, with the
@@ -205,6 +207,22 @@ with tempfile.TemporaryDirectory() as tmp:
     finally:
         srv.kill()
         srv.wait()
+    # byte progress on a terminal (script(1) gives mtpq a pty): 2 MB at ~4 MB/s
+    if shutil.which("script"):
+        srv, ports = start(src, "--throttle", "4000")
+        try:
+            c8 = os.path.join(tmp, "c8")
+            inner = " ".join(["env", f"HF_ENDPOINT=http://127.0.0.1:{ports['hub']}", f"HF_HUB_CACHE={c8}", MTPQ,
+                              "download", "org/model", "--include", "big.bin"])
+            ts = os.path.join(tmp, "typescript")
+            p = subprocess.run(["script", "-qec", inner, ts], capture_output=True, text=True)
+            out = open(ts, errors="replace", newline="").read()
+            pcts = [float(x.split("%")[0].split()[-1]) for x in out.split("\r") if "% of" in x]
+            check(p.returncode == 0 and pcts and pcts[-1] == 100.0 and any(0 < v < 100 for v in pcts),
+                  f"tty progress: rc {p.returncode}, percentages {pcts}")
+        finally:
+            srv.kill()
+            srv.wait()
     port = ports["hub"]  # the server is gone: connection refused
     p = mtpq(dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=os.path.join(tmp, "c6"),
                   MTPQ_HUB_BACKOFF_S="0.001"), "org/model")
