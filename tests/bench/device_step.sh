@@ -14,6 +14,7 @@ M=./build-gpu/mtpq G=./build-gpu/tests/gen_fixture T=/tmp/t80 TM=testdata/tiny-q
 # The draft vocabulary is built before the run (the tokenizer does not fit
 # the device transfer): mtpq build-vocab -t $TM/model/tokenizer.json
 #   -c $TM/counts/code_train.tsv -c $TM/counts/prose_train.tsv:10 -n 98304 --out dv
+# (dv.safetensors is git-ignored: carry it with the run, carry [".device-debs", "dv.safetensors"])
 DV=${MTPQ_DEVICE_VOCAB:-dv.safetensors}
 $G $T --nvfp4-target > /dev/null && $M quantize $T --vocab $DV --out /tmp/q80 --gpu | tail -1
 $M quantize $TM/model --vocab $DV --out /tmp/tq --expert-input-scale 0.1667 > /dev/null
