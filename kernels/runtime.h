@@ -55,7 +55,7 @@ int64_t mtpq_drafter_step_bytes_batch(const struct mtpq_drafter *d, int64_t cont
 /* Backends. */
 enum mtpq_backend { MTPQ_BACKEND_CPU, MTPQ_BACKEND_CUDA };
 
-struct mtpq_session; /* KV cache + scratch of one sequence */
+struct mtpq_session; /* KV caches (1..MTPQ_MAX_SEQS sequences) + scratch */
 
 enum mtpq_status mtpq_session_open(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos,
                                    int window, struct mtpq_session **out, struct mtpq_err *err);

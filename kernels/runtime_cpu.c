@@ -389,7 +389,10 @@ int64_t mtpq__session_hidden(const struct mtpq_session *s) { return s->d->H; }
 enum mtpq_status mtpq_session_select(struct mtpq_session *s, int seq, struct mtpq_err *err) {
   if (seq < 0 || seq >= s->nseq)
     return mtpq_err_set(err, MTPQ_E_INVAL, "sequence %d of a %d-sequence session", seq, s->nseq);
-  if (s->gpu) mtpq__cuda_select(s->gpu, seq);
+  if (s->gpu) { /* the device session holds the caches */
+    mtpq__cuda_select(s->gpu, seq);
+    return MTPQ_OK;
+  }
   size_t kv = (size_t)(s->max_pos * s->d->Nkv * s->d->D);
   s->kc = s->kc_all + kv * (size_t)seq, s->vc = s->vc_all + kv * (size_t)seq;
   return MTPQ_OK;
