@@ -27,14 +27,29 @@ static int by_begin(const void *x, const void *y) {
   return (a->b > b->b) - (a->b < b->b);
 }
 
+/* The original length and header bytes, then a hole up to the shard's size:
+ * a valid safetensors file whose tensor bytes read as zeros, which costs no
+ * disk and is only ever read for its header (mtpq inspect). */
+static enum mtpq_status headers_only(const char *path, const char *shard, const unsigned char len8[8],
+                                     const char *hdr, uint64_t n, uint64_t size, struct mtpq_err *err) {
+  if (size < 8 + n)
+    return mtpq_err_set(err, MTPQ_E_ST_HEADER_PAST_EOF, "%s: header of %llu bytes but the file has %llu", shard,
+                        (unsigned long long)n, (unsigned long long)size);
+  FILE *f = fopen(path, "wb");
+  if (!f) return mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", path, strerror(errno));
+  int bad = fwrite(len8, 1, 8, f) != 8 || fwrite(hdr, 1, n, f) != n || fflush(f) ||
+            ftruncate(fileno(f), (off_t)size) != 0;
+  if (fclose(f)) bad = 1;
+  return bad ? mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", path, strerror(errno)) : MTPQ_OK;
+}
+
 /* One shard: header by Range, then the wanted tensors, coalescing runs of
  * adjacent tensors into one request. Adds kept names to wmap (name->file). */
-static enum mtpq_status headers_only(const char *path, const char *shard, const unsigned char len8[8],
-                                     const char *hdr, uint64_t n, uint64_t size, struct mtpq_err *err);
-
 static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *url, const char *shard,
                                     uint64_t shard_size, const char *out, mtpq_tensor_want_fn want, cJSON *wmap,
                                     struct mtpq_partial_result *res, struct mtpq_err *err) {
+  char path[2048]; /* the shard written under out */
+  snprintf(path, sizeof path, "%s/%s", out, shard);
   FILE *h = tmpfile();
   if (!h) return mtpq_err_set(err, MTPQ_E_IO_WRITE, "tmpfile: %s", strerror(errno));
   unsigned char len8[8];
@@ -65,8 +80,6 @@ static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *
     return mtpq_err_set(err, MTPQ_E_ST_HEADER_NOT_OBJECT, "%s: the header is not a JSON object", shard);
   }
   if (!want) { /* headers only: the shard as a sparse file of its full size */
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", out, shard);
     st = headers_only(path, shard, len8, hdr, n, shard_size, err);
     if (!st) res->shards++, res->tensors += cJSON_GetArraySize(j) - (cJSON_GetObjectItem(j, "__metadata__") != NULL);
     free(hdr);
@@ -113,8 +126,6 @@ static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *
   char *text = cJSON_PrintUnformatted(nh);
   cJSON_Delete(nh);
   size_t tl = strlen(text), pad = (8 - tl % 8) % 8;
-  char path[2048];
-  snprintf(path, sizeof path, "%s/%s", out, shard);
   FILE *f = fopen(path, "wb");
   if (!f) st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", path, strerror(errno));
   if (!st) {
@@ -137,22 +148,6 @@ static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *
   free(k);
   cJSON_Delete(j);
   return st;
-}
-
-/* The original length and header bytes, then a hole up to the shard's size:
- * a valid safetensors file whose tensor bytes read as zeros, which costs no
- * disk and is only ever read for its header (mtpq inspect). */
-static enum mtpq_status headers_only(const char *path, const char *shard, const unsigned char len8[8],
-                                     const char *hdr, uint64_t n, uint64_t size, struct mtpq_err *err) {
-  if (size < 8 + n)
-    return mtpq_err_set(err, MTPQ_E_ST_HEADER_PAST_EOF, "%s: header of %llu bytes but the file has %llu", shard,
-                        (unsigned long long)n, (unsigned long long)size);
-  FILE *f = fopen(path, "wb");
-  if (!f) return mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", path, strerror(errno));
-  int bad = fwrite(len8, 1, 8, f) != 8 || fwrite(hdr, 1, n, f) != n || fflush(f) ||
-            ftruncate(fileno(f), (off_t)size) != 0;
-  if (fclose(f)) bad = 1;
-  return bad ? mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", path, strerror(errno)) : MTPQ_OK;
 }
 
 enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const char *repo, const char *revision,

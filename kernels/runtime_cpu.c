@@ -271,7 +271,7 @@ int mtpq_drafter_reduced_head(const struct mtpq_drafter *d) { return d->reduced;
 struct mtpq_session {
   struct mtpq_drafter *d;
   int64_t max_pos;
-  int window, nseq;
+  int window, nseq, cur;  /* cur: the selected sequence */
   float *kc, *vc;         /* the selected sequence's [max_pos, Nkv*D] */
   float *kc_all, *vc_all; /* nseq caches */
   /* scratch: e c x0 a qg kk vv att y y2 m t1 sc g1 u1 pr */
@@ -389,6 +389,7 @@ int64_t mtpq__session_hidden(const struct mtpq_session *s) { return s->d->H; }
 enum mtpq_status mtpq_session_select(struct mtpq_session *s, int seq, struct mtpq_err *err) {
   if (seq < 0 || seq >= s->nseq)
     return mtpq_err_set(err, MTPQ_E_INVAL, "sequence %d of a %d-sequence session", seq, s->nseq);
+  s->cur = seq;
   if (s->gpu) { /* the device session holds the caches */
     mtpq__cuda_select(s->gpu, seq);
     return MTPQ_OK;
@@ -413,7 +414,7 @@ enum mtpq_status mtpq_session_draft(struct mtpq_session *s, int n, const int32_t
   float *h = malloc((size_t)H * 4 * 2);
   if (!h) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   enum mtpq_status st = MTPQ_OK;
-  int cur = (int)((s->kc - s->kc_all) / (s->max_pos * s->d->Nkv * s->d->D > 0 ? s->max_pos * s->d->Nkv * s->d->D : 1));
+  int cur = s->cur;
   for (int i = 0; i < n && !st; i++) {
     st = mtpq_session_select(s, i, err);
     memcpy(h, hidden + (size_t)i * H, (size_t)H * 4);

@@ -42,7 +42,7 @@ enum { L_FC, L_Q, L_K, L_V, L_O, L_ROUTER, L_SEG, L_SG, L_SU, L_SD, L_HEAD, L_EX
 struct mv_launch {
   mv_task *dev = nullptr;
   int ntask = 0, nbmax = 0, fmt = -1; // fmt: the terms' format, 3 when mixed
-  int64_t rows = 0, cols = 0;
+  int64_t rows = 0; // the most rows of any task: the grid covers them
 };
 
 struct plan {
@@ -246,14 +246,13 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   enum mtpq_status st = dalloc(g, &m->dev, v.size() * sizeof(mv_task), err);
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
-  m->nbmax = 0, m->rows = 0, m->cols = 0;
+  m->nbmax = 0, m->rows = 0;
   for (const mv_task &t : v) {
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     for (int k = 0; k < t.nterm; k++) { // sel-chosen experts all share the shape of expert 0
       const dlin &L = g->host_lins[t.t[k].lin];
       m->fmt = m->fmt < 0 || m->fmt == L.f ? L.f : 3;
       m->rows = L.rows > m->rows ? L.rows : m->rows;
-      m->cols = L.cols > m->cols ? L.cols : m->cols;
     }
   }
   return MTPQ_OK;

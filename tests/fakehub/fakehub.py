@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import threading
+import time
 import urllib.parse
 
 ap = argparse.ArgumentParser()
@@ -241,13 +242,17 @@ class Base(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def reply(self, status, body=b"", headers=(), server="hub"):
-        log(server, self, status, 0 if self.command == "HEAD" else len(body))
+    def head(self, status, headers, length):
+        """status line and headers, announcing a body of `length` bytes"""
         self.send_response(status)
         for k, v in headers:
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(length))
         self.end_headers()
+
+    def reply(self, status, body=b"", headers=(), server="hub"):
+        log(server, self, status, 0 if self.command == "HEAD" else len(body))
+        self.head(status, headers, len(body))
         if self.command != "HEAD":
             self.wfile.write(body)
 
@@ -494,24 +499,15 @@ class Store(Base):
         body = data[a:b + 1]
         if take("cut"):  # promise the whole body, send half, drop the connection
             log("store", self, "cut", len(body) // 2)
-            self.send_response(status)
-            for k, v in hdr:
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
+            self.head(status, hdr, len(body))
             self.wfile.write(body[:len(body) // 2])
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(2)
             return
         if args.throttle:  # in 16 KB pieces, paced
-            import time
             log("store", self, status, len(body))
-            self.send_response(status)
-            for k, v in hdr:
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
+            self.head(status, hdr, len(body))
             for i in range(0, len(body), 16384):
                 self.wfile.write(body[i:i + 16384])
                 self.wfile.flush()

@@ -229,6 +229,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check(p.returncode == 6, f"no server: {p.returncode} {p.stderr}")
 
 
+def fetched_bytes(log):
+    """body bytes the fake Hub served: /resolve/ GETs and everything from the store"""
+    reqs = [json.loads(x) for x in open(log)]
+    return sum(x["bytes"] for x in reqs if x["method"] == "GET" and "/resolve/" in x["path"] or x["server"] == "store")
+
+
 def wants(name):  # the drafter's tensors, as `mtpq quantize` selects them
     return (name.startswith("mtp.") or name.startswith("lm_head.") or "embed_tokens." in name
             or name.endswith("input_scale"))
@@ -254,8 +260,7 @@ with tempfile.TemporaryDirectory() as tmp:
         open(log, "w").close()
         p = subprocess.run(q + ["org/model", "--out", remote], capture_output=True, text=True, env=env)
         check(p.returncode == 0 and "fetched" in p.stderr, f"hub quantize: {p.returncode} {p.stderr}")
-        got = sum(json.loads(l)["bytes"] for l in open(log) if json.loads(l)["method"] == "GET"
-                  and "/resolve/" in json.loads(l)["path"] or json.loads(l)["server"] == "store")
+        got = fetched_bytes(log)
         want, repo = 0, 0
         small = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                  "model.safetensors.index.json"}
@@ -298,8 +303,7 @@ with tempfile.TemporaryDirectory() as tmp:
             a, b = json.loads(p.stdout), json.loads(l.stdout)
             a.pop("path", None), b.pop("path", None)
             check(a == b, "hub inspect and local inspect differ")
-        got = sum(json.loads(x)["bytes"] for x in open(log) if json.loads(x)["method"] == "GET"
-                  and "/resolve/" in json.loads(x)["path"] or json.loads(x)["server"] == "store")
+        got = fetched_bytes(log)
         hdrs = sum(8 + struct.unpack("<Q", open(os.path.join(model, f), "rb").read(8))[0]
                    for f in os.listdir(model) if f.endswith(".safetensors"))
         iwant = hdrs + sum(os.path.getsize(os.path.join(model, f)) for f in ("config.json", "model.safetensors.index.json"))
