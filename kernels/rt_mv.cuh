@@ -15,8 +15,9 @@
 // band (16 B of FP8, 32 B of BF16, 8 B of NVFP4 + its E4M3 block scale), a
 // warp owns R whole rows and keeps U loads in flight per lane, so partial
 // sums combine with shuffles only (no shared memory, no block barrier). FP8 decodes through the
-// hardware E4M3 -> half conversion (exact), NVFP4 through a 256-entry table
-// (one byte -> two E2M1 values, low nibble first). Accumulation is float32;
+// hardware E4M3 -> half conversion (exact), NVFP4 through a table
+// (a nibble's value at a per-lane column of a 16 x 32 table, so a warp's
+// lookups never share a bank; low nibble first). Accumulation is float32;
 // the order of the sums differs from the CPU reference, hence the tolerance
 // the tests state.
 #pragma once
@@ -51,6 +52,32 @@ struct mv_task {
   float *logits;              // with best: the logits too, or NULL
   mv_term t[RT_TMAX];
 };
+
+// Programmatic dependent launch (sm_90): every kernel of a step lets the
+// next one be scheduled at once (rt_trigger) and waits for its predecessor's
+// results (rt_wait) only after the work that needs none of them (task set-up,
+// weight and cache loads); both are no-ops for a kernel launched without the
+// attribute. Nothing is written to global memory before rt_wait: the
+// previous kernel may still be reading it.
+__device__ __forceinline__ void rt_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void rt_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// A hint: bring [p, p + bytes) into L2 (bytes % 16 == 0, p 16-byte aligned);
+// no data comes back and nothing waits for it.
+__device__ __forceinline__ void rt_prefetch_l2(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
 
 __device__ __forceinline__ float rt_warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
@@ -98,7 +125,7 @@ __device__ __forceinline__ void rt_load16(const dlin &L, int64_t r, int64_t c0, 
 }
 
 template <int F>
-__device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const float2 *lut, float *w) {
+__device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const float *lut, float *w) {
   if (F == 1) {
     const uint32_t u[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
 #pragma unroll
@@ -115,85 +142,96 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const 
     float s = rt_e4m3(sb);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      float2 v = lut[(u[i / 4] >> (8 * (i % 4))) & 0xFF];
-      w[2 * i] = v.x * s, w[2 * i + 1] = v.y * s;
+      const uint32_t b = u[i / 4] >> (8 * (i % 4));
+      w[2 * i] = lut[(b & 15) * 32] * s, w[2 * i + 1] = lut[((b >> 4) & 15) * 32] * s;
     }
   }
 }
 
-// One term of a row set: the lane's chunks are (band b, row i) pairs, band
-// major, issued UU at a time so that UU loads are in flight per lane before
-// any is used (BF16 chunks are two loads: half as many). UU % R == 0 keeps
-// the row index a compile-time constant, and x (read through L1) is loaded
-// once per band and reused for the R rows: with one x load per weight chunk
-// the L1 traffic for x was 4 to 8 times the weight traffic and capped the
-// FP8 head at about 1.5 TB/s.
+// The terms of a row set (all of one format F and one shape): the lane's
+// chunks are (term, band, row) triples, term then band major, issued UU at
+// a time so that UU loads are in flight per lane before any is used (BF16
+// chunks are two loads: half as many); a task of several terms (the MoE down
+// projection: one per routed expert) keeps them in flight across terms.
+// UU % R == 0 keeps the row index a compile-time constant, and x (read
+// through L1, or shared memory) is loaded once per band and reused for the R
+// rows: with one x load per weight chunk the L1 traffic for x was 4 to 8
+// times the weight traffic and capped the FP8 head at about 1.5 TB/s.
 template <int F, int NB, int R, int U>
-__device__ __forceinline__ void rt_term(const dlin &L, int64_t r0, int64_t rows, const float *x, int64_t xs, int nb,
-                                        float wt, const float2 *lut, int lane, float (&acc)[R][NB]) {
+__device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const mv_term *tm, int nterm, int64_t r0,
+                                         int64_t rows, int64_t xs, int nb, const float *lut, int lane,
+                                         float (&acc)[R][NB]) {
   constexpr int UU = F == 0 ? (U / 2 >= R ? U / 2 : R) : U;
   static_assert(UU % R == 0, "a batch holds whole bands");
-  const int lb = (int)((L.cols + 511) / 512), nq = lb * R;
-  for (int q0 = 0; q0 < nq; q0 += UU) {
+  const int64_t cols = Ls[0].cols;
+  const int lb = (int)((cols + 511) / 512), ng = nterm * lb; // (term, band) groups of R chunks
+  for (int g0 = 0; g0 < ng; g0 += UU / R) {
     uint4 raw[UU][F == 0 ? 2 : 1];
     uint8_t sb[UU];
 #pragma unroll
-    for (int u = 0; u < UU; u++) {
-      const int q = q0 + u, b = q / R, i = u % R;
-      const int64_t c0 = (int64_t)b * 512 + lane * 16;
-      if (q < nq && r0 + i < rows && c0 < L.cols) rt_load16<F>(L, r0 + i, c0, raw[u], &sb[u]);
+    for (int v = 0; v < UU / R; v++) {
+      const int gi = g0 + v, k = gi / lb;
+      const int64_t c0 = (int64_t)(gi - k * lb) * 512 + lane * 16;
+#pragma unroll
+      for (int i = 0; i < R; i++)
+        if (gi < ng && r0 + i < rows && c0 < cols) rt_load16<F>(Ls[k], r0 + i, c0, raw[v * R + i], &sb[v * R + i]);
     }
-    float xv[NB][16];
 #pragma unroll
-    for (int u = 0; u < UU; u++) {
-      const int q = q0 + u, b = q / R, i = u % R;
-      const int64_t c0 = (int64_t)b * 512 + lane * 16;
-      if (i == 0 && q < nq && c0 < L.cols) {
-#pragma unroll
-        for (int j = 0; j < NB; j++) {
-          if (j >= nb) continue;
-          const float4 *p = reinterpret_cast<const float4 *>(x + j * xs + c0);
-#pragma unroll
-          for (int e4 = 0; e4 < 4; e4++) {
-            const float4 v = __ldg(p + e4);
-            xv[j][4 * e4] = v.x, xv[j][4 * e4 + 1] = v.y, xv[j][4 * e4 + 2] = v.z, xv[j][4 * e4 + 3] = v.w;
-          }
-        }
-      }
-      if (!(q < nq && r0 + i < rows && c0 < L.cols)) continue;
-      float w[16];
-      rt_decode16<F>(raw[u], sb[u], lut, w);
+    for (int v = 0; v < UU / R; v++) {
+      const int gi = g0 + v, k = gi / lb;
+      const int64_t c0 = (int64_t)(gi - k * lb) * 512 + lane * 16;
+      if (!(gi < ng && c0 < cols)) continue;
+      float xv[NB][16];
 #pragma unroll
       for (int j = 0; j < NB; j++) {
         if (j >= nb) continue;
-        float s = 0.0f;
+        const float4 *p = reinterpret_cast<const float4 *>(tm[k].x + j * xs + c0);
 #pragma unroll
-        for (int e = 0; e < 16; e++) s = fmaf(w[e], xv[j][e], s);
-        acc[i][j] = fmaf(wt, s, acc[i][j]);
+        for (int e4 = 0; e4 < 4; e4++) {
+          const float4 x = __ldg(p + e4);
+          xv[j][4 * e4] = x.x, xv[j][4 * e4 + 1] = x.y, xv[j][4 * e4 + 2] = x.z, xv[j][4 * e4 + 3] = x.w;
+        }
+      }
+      const float wt = Wt[k];
+#pragma unroll
+      for (int i = 0; i < R; i++) {
+        if (r0 + i >= rows) continue;
+        float w[16];
+        rt_decode16<F>(raw[v * R + i], sb[v * R + i], lut, w);
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+          if (j >= nb) continue;
+          float s = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 16; e++) s = fmaf(w[e], xv[j][e], s);
+          acc[i][j] = fmaf(wt, s, acc[i][j]);
+        }
       }
     }
   }
 }
 
 // blockDim 256 (8 warps, each its own R rows); grid (row blocks, tasks).
-// Every lin's cols % 16 == 0. FMT: the format of every term (0 BF16, 1 FP8,
+// Every lin's cols % 16 == 0; the terms of a task share one shape. FMT: the format of every term (0 BF16, 1 FP8,
 // 2 NVFP4), or 3 for a mix chosen per term (the MoE down projection: NVFP4
 // experts + an FP8 shared expert); one format per kernel keeps the register
 // count (and so the blocks per SM) of that format alone.
 template <int NB, int R, int U, int FMT>
-__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
-  __shared__ float2 lut[256];
+__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 || U > 16 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
+  __shared__ float lut[16 * 32]; // E2M1 value of nibble c at [c * 32 + lane]: no bank conflicts
   __shared__ mv_task T;
   __shared__ dlin Ls[RT_TMAX];
   __shared__ float Wt[RT_TMAX];
   __shared__ unsigned long long bbest[8][NB];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  lut[tid] = make_float2(rt_e2m1(tid & 15), rt_e2m1(tid >> 4));
+  rt_trigger();
+  lut[tid] = rt_e2m1(tid >> 5), lut[tid + 256] = rt_e2m1((tid + 256) >> 5);
   { // the task, copied by all threads
     const int *src = reinterpret_cast<const int *>(tasks + blockIdx.y);
     int *dst = reinterpret_cast<int *>(&T);
     for (int i = tid; i < (int)(sizeof(mv_task) / 4); i += 256) dst[i] = src[i];
   }
+  rt_wait(); // sel, the routing weights and x come from the kernels before
   __syncthreads();
   if (tid < T.nterm) {
     const mv_term &m = T.t[tid];
@@ -214,12 +252,14 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
     for (int i = 0; i < R; i++)
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = 0.0f;
-    for (int k = 0; k < nterm; k++) {
-      const dlin &L = Ls[k];
-      if (FMT != 3) rt_term<FMT == 3 ? 0 : FMT, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
-      else if (L.f == 1) rt_term<1, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
-      else if (L.f == 0) rt_term<0, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
-      else rt_term<2, NB, R, U>(L, r0, rows, T.t[k].x, T.xs, nb, Wt[k], lut, lane, acc);
+    if constexpr (FMT != 3) {
+      rt_terms<FMT, NB, R, U>(Ls, Wt, T.t, nterm, r0, rows, T.xs, nb, lut + lane, lane, acc);
+    } else {
+      for (int k = 0; k < nterm; k++) {
+        if (Ls[k].f == 1) rt_terms<1, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lut + lane, lane, acc);
+        else if (Ls[k].f == 0) rt_terms<0, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lut + lane, lane, acc);
+        else rt_terms<2, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lut + lane, lane, acc);
+      }
     }
 #pragma unroll
     for (int i = 0; i < R; i++)
@@ -268,7 +308,9 @@ __device__ __forceinline__ float rt_elem(const dlin &L, int64_t r, int64_t c) {
 
 __global__ void __launch_bounds__(256) k_mv_any(const dlin *tab, const mv_task *tasks, const int *sel) {
   __shared__ mv_task T;
+  rt_trigger();
   if (threadIdx.x == 0) T = tasks[blockIdx.y];
+  rt_wait();
   __syncthreads();
   const int lane = threadIdx.x & 31;
   int li0 = T.t[0].lin + (T.t[0].sel_k >= 0 ? sel[T.tok * RT_KST + T.t[0].sel_k] : 0);

@@ -28,167 +28,310 @@ __device__ float rt_block_sum(float v) { // blockDim.x == 256
   return res;
 }
 
-// y = x / rms(x) * (1 + w), one block
-__device__ void rt_zcnorm(const float *x, const float *w, int n, float eps, float *y) {
+#define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
+
+// y = v / rms(v) * (1 + w) for the block's n values, thread tid holding
+// v[q] = value tid + 256 q: the values were loaded all at once (one memory
+// latency, not one per element)
+__device__ void rt_zcnorm_regs(const float (&v)[RT_NQ], const float *w, int n, float eps, float *y) {
   float ss = 0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
-  float r = rsqrtf(rt_block_sum(ss) / n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * r * (1.0f + w[i]);
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) ss += v[q] * v[q];
+  const float r = rsqrtf(rt_block_sum(ss) / n + eps);
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
+    if (i < n) y[i] = v[q] * r * (1.0f + w[i]);
+  }
 }
 
-// token t: c[t] = [norm(embed[tok]), norm(hidden)]; also clears the argmax key
+// y = x / rms(x) * (1 + w), one block of 256 (y may be x)
+__device__ void rt_zcnorm(const float *x, const float *w, int n, float eps, float *y) {
+  float v[RT_NQ];
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
+    v[q] = i < n ? x[i] : 0.0f;
+  }
+  rt_zcnorm_regs(v, w, n, eps, y);
+}
+
+// A region of device memory to prefetch into L2 (k_prep).
+struct pf_region {
+  const uint8_t *p;
+  int64_t n; // bytes, a multiple of 16
+};
+
+#define RT_PF_CHUNK 16384 // bytes per prefetch instruction
+
+// Chunks gt, gt + stride, ... of regions reg[0..nreg) laid end to end: the
+// prefetch is spread over every thread of the grid (one SM's copy engine
+// alone would take too long).
+__device__ void rt_prefetch_regions(const pf_region *reg, int nreg, int64_t gt, int64_t stride) {
+  int i = 0;
+  int64_t base = 0; // region i covers chunks [base, base + its chunk count)
+  for (int64_t c = gt;; c += stride) {
+    while (i < nreg && c >= base + (reg[i].n + RT_PF_CHUNK - 1) / RT_PF_CHUNK) base += (reg[i++].n + RT_PF_CHUNK - 1) / RT_PF_CHUNK;
+    if (i >= nreg) return;
+    const int64_t off = (c - base) * RT_PF_CHUNK, left = reg[i].n - off;
+    rt_prefetch_l2(reg[i].p + off, (uint32_t)(left < RT_PF_CHUNK ? left : RT_PF_CHUNK));
+  }
+}
+
+// Blocks 0..n-1, token t: c[t] = [norm(embed[tok]), norm(hidden)], and the
+// argmax key cleared. Every block also starts the step's weight stream: the
+// dense weights of the layer (reg) and, while it fits in kv_budget bytes, the
+// cached K/V rows each token will attend to, are prefetched into L2 so that
+// the chain of small dependent kernels after this one finds them there
+// instead of paying the full memory latency one kernel at a time.
 __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, int H, const float *ne, const float *nh,
-                       float eps, float *c, float *scratch, unsigned long long *best) {
+                       float eps, float *c, unsigned long long *best, int n, const pf_region *reg,
+                       int nreg, const float *kc, const float *vc, const int64_t *pos, const int *seq, int64_t max_pos,
+                       int64_t KV, int window, int64_t kv_budget) {
+  rt_trigger();
+  const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  rt_prefetch_regions(reg, nreg, gt, stride);
+  rt_wait(); // tok, pos and hid may come from the previous step's last kernel
+  if (kv_budget > 0) {
+    pf_region kv[2 * RT_NMAX];
+    int nkv = 0;
+    int64_t used = 0;
+    for (int t = 0; t < n; t++) {
+      const int64_t p = pos[t], lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
+      const int64_t b = (p - lo) * KV * 4, at = ((int64_t)seq[t] * max_pos + lo) * KV;
+      if (b <= 0 || used + 2 * b > kv_budget) break;
+      used += 2 * b;
+      kv[nkv++] = pf_region{reinterpret_cast<const uint8_t *>(kc + at), b};
+      kv[nkv++] = pf_region{reinterpret_cast<const uint8_t *>(vc + at), b};
+    }
+    rt_prefetch_regions(kv, nkv, gt, stride);
+  }
   const int t = blockIdx.x;
+  if (t >= n) return;
   const uint16_t *e = reinterpret_cast<const uint16_t *>(embed) + (int64_t)tok[t] * H;
-  float *s = scratch + (int64_t)t * H;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) s[i] = __uint_as_float((uint32_t)e[i] << 16);
-  __syncthreads();
-  rt_zcnorm(s, ne, H, eps, c + (int64_t)t * 2 * H);
+  float v[RT_NQ];
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
+    v[q] = i < H ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
+  }
+  rt_zcnorm_regs(v, ne, H, eps, c + (int64_t)t * 2 * H);
   rt_zcnorm(hid + (int64_t)t * H, nh, H, eps, c + (int64_t)t * 2 * H + H);
   if (threadIdx.x == 0) best[t] = 0;
 }
 
 __global__ void k_norm(const float *x, const float *w, int n, float eps, float *y) {
+  rt_trigger();
+  rt_wait();
   rt_zcnorm(x + (int64_t)blockIdx.x * n, w, n, eps, y + (int64_t)blockIdx.x * n);
-}
-
-// grid (Nq + Nkv, tokens): query heads normed + roped in place (q|gate
-// interleaved per head), key heads normed + roped into the cache with v
-__global__ void k_qk(float *qg, const float *kk, const float *vv, int Nq, int Nkv, int D, int rot, const int64_t *pos,
-                     const int *seq, int64_t max_pos, float theta, const float *nq, const float *nk, float eps,
-                     float *kc, float *vc) {
-  extern __shared__ float buf[];
-  const int h = blockIdx.x, t = blockIdx.y;
-  const int64_t KV = (int64_t)Nkv * D, p = pos[t];
-  float *q = qg + (int64_t)t * 2 * Nq * D + (int64_t)h * 2 * D;
-  const float *src = h < Nq ? q : kk + t * KV + (int64_t)(h - Nq) * D;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) buf[j] = src[j];
-  __syncthreads();
-  rt_zcnorm(buf, h < Nq ? nq : nk, D, eps, buf);
-  __syncthreads();
-  for (int j = threadIdx.x; j < rot / 2; j += blockDim.x) mtpq_rope_pair(buf, j, rot, p, theta);
-  __syncthreads();
-  if (h < Nq) {
-    for (int j = threadIdx.x; j < D; j += blockDim.x) q[j] = buf[j];
-  } else {
-    const int64_t off = ((int64_t)seq[t] * max_pos + p) * KV + (int64_t)(h - Nq) * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-      kc[off + j] = buf[j];
-      vc[off + j] = vv[t * KV + (int64_t)(h - Nq) * D + j];
-    }
-  }
 }
 
 #define RT_CS 32 // cached positions per attention block
 
-// grid (splits, Nkv, tokens), 256 threads: the G = Nq/Nkv query heads of one
-// KV head over positions [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and
-// unnormalised output per head
-__global__ void __launch_bounds__(256) k_attn(const float *qg, const float *kc, const float *vc, int Nq, int Nkv, int D,
-                                              const int64_t *pos, const int *seq, int64_t max_pos, int window,
+// zero-centred RMSNorm of one head (D <= 512 values at src) by one warp into
+// dst (shared), then RoPE of its first rot dims at table row cs
+__device__ void rt_head_norm_rope(const float *src, const float *w, int D, float eps, int rot, const float2 *cs,
+                                  float *dst) {
+  const int lane = threadIdx.x & 31;
+  float v[16], sq = 0.0f;
+#pragma unroll
+  for (int q = 0; q < 16; q++) {
+    const int j = lane + 32 * q;
+    v[q] = j < D ? src[j] : 0.0f;
+    sq += v[q] * v[q];
+  }
+  const float r = rsqrtf(rt_warp_sum(sq) / D + eps);
+#pragma unroll
+  for (int q = 0; q < 16; q++) {
+    const int j = lane + 32 * q;
+    if (j < D) dst[j] = v[q] * r * (1.0f + w[j]);
+  }
+  __syncwarp();
+  for (int j = lane; j < rot / 2; j += 32) mtpq_rope_apply(dst, j, rot / 2, cs[j].x, cs[j].y);
+  __syncwarp();
+}
+
+// grid (Nkv, tokens), one warp, D floats of shared memory: each key head
+// normed and roped into the cache, with its value (the attention of the
+// same launch reads them: a chunk of a sequence's positions sees its own
+// earlier tokens). rcs: cos, sin per position and rotated pair.
+__global__ void k_kv(const float *kk, const float *vv, int Nkv, int D, int rot, const float2 *rcs, const int64_t *pos,
+                     const int *seq, int64_t max_pos, const float *nk, float eps, float *kc, float *vc) {
+  extern __shared__ float buf[];
+  rt_trigger();
+  rt_wait();
+  const int h = blockIdx.x, t = blockIdx.y;
+  const int64_t KV = (int64_t)Nkv * D, p = pos[t];
+  rt_head_norm_rope(kk + t * KV + (int64_t)h * D, nk, D, eps, rot, rcs + p * (rot / 2), buf);
+  const int64_t off = ((int64_t)seq[t] * max_pos + p) * KV + (int64_t)h * D;
+  for (int j = threadIdx.x; j < D; j += 32) kc[off + j] = buf[j], vc[off + j] = vv[t * KV + (int64_t)h * D + j];
+}
+
+// 16 bytes global -> shared without passing through registers (sm_80+);
+// completes at rt_cp_wait
+__device__ __forceinline__ void rt_cp16(float *dst, const float *src) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void rt_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Shared memory of k_attn, in floats: query heads, the split's K and V rows
+// (each padded by 4 floats so that 8 lanes reading 8 rows at one column hit
+// distinct banks), scores
+__host__ __device__ inline int64_t rt_attn_smem(int G, int D) {
+  return (int64_t)G * D + 2 * (int64_t)RT_CS * (D + 4) + (int64_t)G * RT_CS;
+}
+
+// grid (splits, Nkv, tokens), 256 threads, rt_attn_smem floats of shared
+// memory, D % 4 == 0: the G = Nq/Nkv query heads of KV head g over positions
+// [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised output per
+// head (flash-decoding; k_attn_combine merges the splits). The block copies
+// its cached K and V rows to shared memory asynchronously, all at once:
+// those written by earlier launches before it waits on the kernels before
+// it (earlier steps wrote them), those of this launch (from the first
+// position of the token's sequence in it, written by k_kv) after. It norms
+// and ropes the query heads (a warp each) meanwhile; a thread then scores
+// one (head, row) pair, and one output column of every head.
+__global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, int D, int rot, const float2 *rcs,
+                                              const int64_t *pos, const int *seq, int n_tok, int64_t max_pos,
+                                              int window, const float *nq, float eps, const float *kc, const float *vc,
                                               int nsplit, float *po, float *pm, float *pl) {
-  extern __shared__ float sm[];
+  extern __shared__ __align__(16) float sm[];
+  rt_trigger();
   const int G = Nq / Nkv, sp = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
-  float *qs = sm, *ss = sm + G * D;
-  const int64_t p = pos[t], KV = (int64_t)Nkv * D;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 4;
+  float *qs = sm, *ks = qs + G * D, *vs = ks + RT_CS * DP, *ss = vs + RT_CS * DP;
+  const int64_t p = pos[t], KV = (int64_t)Nkv * D; // pos and seq change between steps only
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   int64_t p0 = (int64_t)sp * RT_CS, p1 = p0 + RT_CS;
   if (p0 < lo) p0 = lo;
   if (p1 > p + 1) p1 = p + 1;
-  const int64_t pi = ((int64_t)t * Nq + (int64_t)g * G) * nsplit + sp; // (t, head g*G, split sp)
-  if (p0 >= p1) {
-    if (threadIdx.x < G) pm[pi + (int64_t)threadIdx.x * nsplit] = -INFINITY, pl[pi + (int64_t)threadIdx.x * nsplit] = 0;
-    return;
+  if (p0 >= p1) return;
+  const int n = (int)(p1 - p0), sq_ = seq[t];
+  int64_t fresh = p; // the first position of this sequence written by this launch
+  for (int u = 0; u < n_tok; u++)
+    if (seq[u] == sq_ && pos[u] < fresh) fresh = pos[u];
+  const int64_t cbase = (int64_t)sq_ * max_pos * KV + (int64_t)g * D;
+  const int d4 = D / 4, nc = n * d4;
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) rt_wait(); // q, k, v of this step
+    for (int c = tid; c < nc; c += 256) {
+      const int i = c / d4, j = 4 * (c - i * d4);
+      if ((p0 + i >= fresh) != (pass == 1)) continue;
+      rt_cp16(ks + i * DP + j, kc + cbase + (p0 + i) * KV + j);
+      rt_cp16(vs + i * DP + j, vc + cbase + (p0 + i) * KV + j);
+    }
   }
-  const int n = (int)(p1 - p0), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x)
-    qs[i] = qg[(int64_t)t * 2 * Nq * D + (int64_t)(g * G + i / D) * 2 * D + i % D];
+  for (int h = warp; h < G; h += 8)
+    rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, nq, D, eps, rot,
+                      rcs + p * (rot / 2), qs + h * D);
+  rt_cp_wait();
   __syncthreads();
   const float scale = rsqrtf((float)D);
-  const float *kb = kc + (int64_t)seq[t] * max_pos * KV + (int64_t)g * D;
-  const float *vb = vc + (int64_t)seq[t] * max_pos * KV + (int64_t)g * D;
-  for (int i = warp; i < n; i += 8) {
-    const float *kr = kb + (p0 + i) * KV;
-    float kv[16], acc[16]; // the row's loads all in flight at once (D <= 512)
-#pragma unroll
-    for (int q = 0; q < 16; q++) kv[q] = lane + 32 * q < D ? kr[lane + 32 * q] : 0.0f;
-#pragma unroll
-    for (int h = 0; h < 16; h++) acc[h] = 0.0f;
-#pragma unroll
-    for (int q = 0; q < 16; q++) {
-      if (lane + 32 * q >= D) continue;
-#pragma unroll
-      for (int h = 0; h < 16; h++)
-        if (h < G) acc[h] += qs[h * D + lane + 32 * q] * kv[q];
-    }
-#pragma unroll
-    for (int h = 0; h < 16; h++)
-      if (h < G) {
-        float s = rt_warp_sum(acc[h]);
-        if (lane == 0) ss[h * RT_CS + i] = s * scale;
+  for (int e = tid; e < G * n; e += 256) { // (head, row) pairs, rows fastest
+    const int h = e / n, i = e - h * n;
+    const float4 *qv = reinterpret_cast<const float4 *>(qs + h * D), *kv = reinterpret_cast<const float4 *>(ks + i * DP);
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int j = 0; j < d4; j += 2) {
+      const float4 x = qv[j], k = kv[j];
+      a0 = fmaf(x.x, k.x, a0), a0 = fmaf(x.y, k.y, a0), a0 = fmaf(x.z, k.z, a0), a0 = fmaf(x.w, k.w, a0);
+      if (j + 1 < d4) {
+        const float4 y = qv[j + 1], l = kv[j + 1];
+        a1 = fmaf(y.x, l.x, a1), a1 = fmaf(y.y, l.y, a1), a1 = fmaf(y.z, l.z, a1), a1 = fmaf(y.w, l.w, a1);
       }
+    }
+    ss[h * RT_CS + i] = (a0 + a1) * scale;
   }
   __syncthreads();
+  const int64_t pi = ((int64_t)t * Nq + (int64_t)g * G) * nsplit + sp; // (t, head g*G, split sp)
   for (int h = warp; h < G; h += 8) { // one warp per head: max, exp, sum
-    float m = -INFINITY;
-    for (int i = lane; i < n; i += 32) m = fmaxf(m, ss[h * RT_CS + i]);
+    const float v = lane < n ? ss[h * RT_CS + lane] : -INFINITY;
+    float m = v;
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-    float l = 0;
-    for (int i = lane; i < n; i += 32) l += (ss[h * RT_CS + i] = expf(ss[h * RT_CS + i] - m));
-    l = rt_warp_sum(l);
+    const float x = lane < n ? expf(v - m) : 0.0f;
+    if (lane < n) ss[h * RT_CS + lane] = x;
+    const float l = rt_warp_sum(x);
     if (lane == 0) pm[pi + (int64_t)h * nsplit] = m, pl[pi + (int64_t)h * nsplit] = l;
   }
   __syncthreads();
-  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+  for (int j = tid; j < D; j += 256) {
     float o[16];
+#pragma unroll
     for (int h = 0; h < 16; h++) o[h] = 0.0f;
-#pragma unroll 8
+#pragma unroll 4
     for (int i = 0; i < n; i++) {
-      float v = vb[(p0 + i) * KV + j];
+      const float v = vs[i * DP + j];
 #pragma unroll
       for (int h = 0; h < 16; h++)
-        if (h < G) o[h] += ss[h * RT_CS + i] * v;
+        if (h < G) o[h] = fmaf(ss[h * RT_CS + i], v, o[h]);
     }
-    for (int h = 0; h < G; h++) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
+#pragma unroll
+    for (int h = 0; h < 16; h++)
+      if (h < G) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
   }
 }
 
-// grid (Nq, tokens), 256 threads, 8 * D floats of shared memory: combine
-// the splits (warps over splits, lanes over dims), normalise, apply
-// sigmoid(gate)
+__device__ float rt_block_max(float v) { // blockDim.x == 256
+  __shared__ float part[8];
+  __shared__ float res;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < 8 ? part[threadIdx.x] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xFFFFFFFFu, t, o));
+    if (threadIdx.x == 0) res = t;
+  }
+  __syncthreads();
+  return res;
+}
+
+// grid (Nq, tokens), 256 threads, (8 * D + nsplit) floats of shared memory:
+// combine the splits of one head (each split's max and sum loaded once, by a
+// thread each; outputs with warps over splits, lanes over dims, 8 splits'
+// loads in flight per warp), normalise, apply sigmoid(gate)
 __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const float *po, const float *pm,
                                                       const float *pl, int Nq, int D, const int64_t *pos, int window,
                                                       int nsplit, float *att) {
-  extern __shared__ float red[];
-  const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  extern __shared__ float red[]; // 8 x D partial outputs, then a weight per split
+  float *wsp = red + 8 * D;
+  rt_trigger();
+  rt_wait();
+  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t p = pos[t];
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
-  const int s0 = (int)(lo / RT_CS), s1 = (int)(p / RT_CS);
-  const int64_t base = ((int64_t)t * Nq + h) * nsplit;
-  float M = -INFINITY;
-  for (int s = s0 + lane; s <= s1; s += 32) M = fmaxf(M, pm[base + s]);
-  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
-  float L = 0;
-  for (int s = s0 + lane; s <= s1; s += 32) L += pl[base + s] * expf(pm[base + s] - M);
-  L = rt_warp_sum(L);
-  float o[16];
-  for (int q = 0; q < 16; q++) o[q] = 0.0f;
-  const int nq = (D + 31) / 32; // dims per lane (D <= 512)
+  const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
+  const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
+  float m = -INFINITY;
 #pragma unroll 4
-  for (int s = s0 + warp; s <= s1; s += 8) {
+  for (int s = tid; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
+  const float M = rt_block_max(m);
+  float l = 0.0f;
+#pragma unroll 4
+  for (int s = tid; s < ns; s += 256) {
     const float w = expf(pm[base + s] - M);
+    wsp[s] = w, l += pl[base + s] * w;
+  }
+  const float L = rt_block_sum(l); // (its barriers publish wsp)
+  float o[16];
+#pragma unroll
+  for (int q = 0; q < 16; q++) o[q] = 0.0f;
+#pragma unroll 8
+  for (int s = warp; s < ns; s += 8) {
+    const float w = wsp[s];
     const float *src = po + (base + s) * D;
 #pragma unroll
     for (int q = 0; q < 16; q++)
-      if (q < nq && lane + 32 * q < D) o[q] += src[lane + 32 * q] * w;
+      if (lane + 32 * q < D) o[q] = fmaf(src[lane + 32 * q], w, o[q]);
   }
 #pragma unroll
   for (int q = 0; q < 16; q++)
-    if (q < nq && lane + 32 * q < D) red[warp * D + lane + 32 * q] = o[q];
+    if (lane + 32 * q < D) red[warp * D + lane + 32 * q] = o[q];
   __syncthreads();
   const float *gate = qg + (int64_t)t * 2 * Nq * D + (int64_t)h * 2 * D + D;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+  for (int j = tid; j < D; j += 256) {
     float v = 0;
     for (int w = 0; w < 8; w++) v += red[w * D + j];
     att[((int64_t)t * Nq + h) * D + j] = v / L * (1.0f / (1.0f + expf(-gate[j])));
@@ -197,18 +340,37 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
 
 // y += x0; y2 = norm(y)
 __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, float eps, float *y2) {
+  rt_trigger();
+  rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) y[o + i] += x0[o + i];
-  __syncthreads();
-  rt_zcnorm(y + o, w, n, eps, y2 + o);
+  float v[RT_NQ];
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
+    v[q] = i < n ? y[o + i] + x0[o + i] : 0.0f;
+    if (i < n) y[o + i] = v[q];
+  }
+  rt_zcnorm_regs(v, w, n, eps, y2 + o);
 }
 
-// one warp per token: softmax over E router logits, top-K (ties to the lower
-// expert), optional renormalisation; slot K gets sigmoid(shared_expert_gate)
+__device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
+  return L.f == 0 ? L.rows * L.cols * 2 : L.f == 1 ? L.rows * L.cols : L.rows * L.cols / 2;
+}
+
+// grid (blocks, tokens), one warp each: softmax over E router logits, top-K
+// (ties to the lower expert), optional renormalisation; slot K gets
+// sigmoid(shared_expert_gate). Every block of a token routes it (a few
+// hundred logits) and prefetches its share of the chosen experts' gate, up
+// and down weights into L2 for the launches after it; block 0 writes the
+// choice. tab + ex: the gate weights of the E experts, then up, then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
-                        float *wsel) {
+                        float *wsel, const dlin *tab, int ex, int prefetch) {
   extern __shared__ float pr[];
-  const int t = blockIdx.x, lane = threadIdx.x;
+  __shared__ int chosen[RT_TMAX];
+  __shared__ pf_region reg[6 * RT_TMAX];
+  rt_trigger();
+  rt_wait();
+  const int t = blockIdx.y, lane = threadIdx.x;
   const float *l = logits + (int64_t)t * E;
   float m = -INFINITY;
   for (int e = lane; e < E; e += 32) m = fmaxf(m, pr[e] = l[e]);
@@ -219,6 +381,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   for (int e = lane; e < E; e += 32) pr[e] /= s;
   __syncwarp();
   float tot = 0;
+  const bool w0 = blockIdx.x == 0;
   for (int k = 0; k < K; k++) {
     unsigned long long best = 0;
     for (int e = lane; e < E; e += 32) {
@@ -232,19 +395,33 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     const int e = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
     const float v = pr[e];
     __syncwarp();
-    if (lane == 0) sel[t * RT_KST + k] = e, wsel[t * RT_KST + k] = v, pr[e] = -1.0f; // probabilities are >= 0
+    if (lane == 0) {
+      chosen[k] = e, pr[e] = -1.0f; // probabilities are >= 0
+      if (w0) sel[t * RT_KST + k] = e, wsel[t * RT_KST + k] = v;
+    }
     tot += v;
     __syncwarp();
   }
-  if (lane == 0) {
+  if (lane == 0 && w0) {
     if (renorm)
       for (int k = 0; k < K; k++) wsel[t * RT_KST + k] /= tot;
     wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
   }
+  if (!prefetch) return;
+  for (int i = lane; i < 3 * K; i += 32) { // gate and up of every expert first, then down
+    const int k = i % K, w = i / K;
+    const dlin &L = tab[ex + w * E + chosen[k]];
+    reg[2 * i] = pf_region{L.w, rt_lin_bytes(L) / 16 * 16};
+    reg[2 * i + 1] = pf_region{L.sc, L.sc ? L.rows * L.cols / 16 / 16 * 16 : 0};
+  }
+  __syncwarp();
+  rt_prefetch_regions(reg, 6 * K, (int64_t)blockIdx.x * 32 + lane, (int64_t)gridDim.x * 32);
 }
 
 // act = silu(g) * u over n rows of len elements, row stride st
 __global__ void k_swiglu(const float *g, const float *u, float *act, int rows, int len, int64_t st) {
+  rt_trigger();
+  rt_wait();
   for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < (int64_t)rows * len;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t r = i / len, c = i % len, o = r * st + c;
@@ -256,16 +433,24 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int rows, i
 // out = norm(m + m2 + r2) (routed experts, shared expert, residual), one
 // block per token
 __global__ void k_final(float *m, const float *m2, const float *r2, const float *w, int n, float eps, float *out) {
+  rt_trigger();
+  rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) m[o + i] += m2[o + i] + r2[o + i];
-  __syncthreads();
-  rt_zcnorm(m + o, w, n, eps, out + o);
+  float v[RT_NQ];
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
+    v[q] = i < n ? m[o + i] + m2[o + i] + r2[o + i] : 0.0f;
+  }
+  rt_zcnorm_regs(v, w, n, eps, out + o);
 }
 
 // after the head: token ids for the next draft step, positions + 1, the
 // drafted ids recorded at rec[step * n + t] (step counted on the device)
 __global__ void k_next(const unsigned long long *best, const int64_t *ids, int *tok, int64_t *pos, int *rec,
                        int *step, int n) {
+  rt_trigger();
+  rt_wait();
   const int t = threadIdx.x;
   const int s = *step;
   __syncthreads();

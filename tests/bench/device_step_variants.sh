@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# GPU-machine run for issue 7's tuning: builds, runs the gpu runtime tests,
+# then times the mtpq drafter's step at 4K batch 1 under each runtime switch
+# (MTPQ_CUDA_PDL, MTPQ_CUDA_PREFETCH, MTPQ_CUDA_PREFETCH_KV_MB,
+# MTPQ_CUDA_GRAPHS) and records one draft call's kernels with ncu (kernels
+# serialised: their durations alone, no overlap). MTPQ_ACCEPT=0 skips
+# bench-acceptance on the tiny model; MTPQ_FULL=1 adds the full table. Logs in $OUT; a summary
+# table last. Carry [".device-debs", "dv.safetensors"] (see device_step.sh).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+. .ci/device-build.sh || exit 1
+set +e +o pipefail
+M=./build-gpu/mtpq G=./build-gpu/tests/gen_fixture T=/tmp/t80
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader; } | tee "$OUT/card.txt"
+$G $T --nvfp4-target > /dev/null && $M quantize $T --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/q80 --gpu | tail -1
+if [ "${MTPQ_TESTS:-1}" = 1 ]; then
+  (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
+  tail -3 "$OUT/gpu-tests.txt"
+fi
+step() { # label, env...: the mtpq row of a 4K batch-1 bench-step
+  local label=$1; shift
+  env "$@" timeout 90 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context ${CTX:-4096} \
+    --iters ${ITERS:-40} > "$OUT/v-$label.txt" 2>&1
+  printf '%-20s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/v-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-6)}')"
+}
+{
+step default
+step no-pdl MTPQ_CUDA_PDL=0
+step prefetch MTPQ_CUDA_PREFETCH=1
+step default-again
+} | tee "$OUT/variants.txt"
+# one draft call (3 steps) of the mtpq row, kernel by kernel (call 50: the
+# stock row makes 45 calls at --iters 40)
+timeout 120 ncu --clock-control none --cache-control none --profile-from-start off --csv --page raw \
+  --metrics gpu__time_duration.sum --log-file "$OUT/ncu.csv" env MTPQ_CUDA_PROFILE_CALL=50 $M bench-step \
+  --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 > "$OUT/ncu-run.txt" 2>&1
+python3 - "$OUT/ncu.csv" <<'PY' | tee "$OUT/ncu-summary.txt"
+import csv, sys, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+h = rows[hdr]; ki = h.index('Kernel Name'); ti = h.index('gpu__time_duration.sum')
+unit = rows[hdr + 1][ti]; scale = {'nsecond': 1, 'usecond': 1e3, 'msecond': 1e6}.get(unit, 1)
+ks = [(re.sub(r'\(.*', '', r[ki])[:60], float(r[ti].replace(',', '')) * scale) for r in rows[hdr + 2:] if len(r) > ti]
+n = len(ks) // 3 if len(ks) % 3 == 0 else len(ks)
+tot = 0
+for name, ns in ks[n:2 * n] if n != len(ks) else ks:  # the second step of the call
+    print(f'{name:62s} {ns / 1e3:8.1f} us'); tot += ns
+print(f'{"sum (one step, kernels alone)":62s} {tot / 1e3:8.1f} us; {len(ks)} kernels recorded')
+PY
+tail -3 "$OUT/ncu-run.txt"
+if [ "${MTPQ_NCU_DETAIL:-0}" = 1 ]; then # why the slow kernels are slow: stall reasons, memory throughput
+  timeout 150 ncu --clock-control none --cache-control none --profile-from-start off -k 'regex:k_attn|k_mv' \
+    --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
+    --section LaunchStats --log-file "$OUT/ncu-detail.txt" env MTPQ_CUDA_PROFILE_CALL=50 $M bench-step \
+    --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 > /dev/null 2>&1
+  grep -E '^  [a-z_]+.*k_|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Stall|Registers Per|Block Limit|Waves Per SM|L2 Hit' \
+    "$OUT/ncu-detail.txt" | head -150 > "$OUT/ncu-detail-short.txt"
+fi
+echo; cat "$OUT/variants.txt"
+if [ "${MTPQ_ACCEPT:-1}" = 1 ]; then
+  TM=testdata/tiny-qwen3next
+  $M quantize $TM/model --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/tq --expert-input-scale 0.1667 > /dev/null
+  $M bench-acceptance --backend cuda --target $TM/model --traces $TM/traces.safetensors --drafter /tmp/tq \
+    > "$OUT/accept-cuda.txt" 2>&1; tail -4 "$OUT/accept-cuda.txt"
+fi
+if [ "${MTPQ_FULL:-0}" = 1 ]; then
+  timeout 150 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --batch 1 --batch 2 \
+    --batch 4 --batch 8 --iters 30 --target-step-ms 20 --mal 2.67 2>&1 | tee "$OUT/step-4096.txt" | grep -v est
+  timeout 150 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 32768 --batch 1 \
+    --batch 8 --iters 20 --target-step-ms 20 --mal 2.67 2>&1 | tee "$OUT/step-32768.txt" | grep -v est
+fi
