@@ -78,8 +78,8 @@ __device__ void rt_prefetch_regions(const pf_region *reg, int nreg, int64_t gt, 
   }
 }
 
-// Blocks 0..n-1, token t: c[t] = [norm(embed[tok]), norm(hidden)], and the
-// argmax key cleared. Every block also starts the step's weight stream: the
+// Blocks (t, 0) and (t, 1), t < n: c[t] = [norm(embed[tok]), norm(hidden)],
+// and the argmax key cleared. Every block also starts the step's weight stream: the
 // dense weights of the layer (reg) and, while it fits in kv_budget bytes, the
 // cached K/V rows each token will attend to, are prefetched into L2 so that
 // the chain of small dependent kernels after this one finds them there
@@ -108,6 +108,10 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
   }
   const int t = blockIdx.x;
   if (t >= n) return;
+  if (blockIdx.y == 1) { // the two norms in two blocks: neither waits for the other
+    rt_zcnorm(hid + (int64_t)t * H, nh, H, eps, c + (int64_t)t * 2 * H + H);
+    return;
+  }
   const uint16_t *e = reinterpret_cast<const uint16_t *>(embed) + (int64_t)tok[t] * H;
   float v[RT_NQ];
 #pragma unroll
@@ -116,7 +120,6 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
     v[q] = i < H ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
   }
   rt_zcnorm_regs(v, ne, H, eps, c + (int64_t)t * 2 * H);
-  rt_zcnorm(hid + (int64_t)t * H, nh, H, eps, c + (int64_t)t * 2 * H + H);
   if (threadIdx.x == 0) best[t] = 0;
 }
 
@@ -373,9 +376,11 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   const int t = blockIdx.y, lane = threadIdx.x;
   const float *l = logits + (int64_t)t * E;
   float m = -INFINITY;
+#pragma unroll 16 // the logits' loads in flight together
   for (int e = lane; e < E; e += 32) m = fmaxf(m, pr[e] = l[e]);
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   float s = 0;
+#pragma unroll 4
   for (int e = lane; e < E; e += 32) s += (pr[e] = expf(pr[e] - m));
   s = rt_warp_sum(s);
   for (int e = lane; e < E; e += 32) pr[e] /= s;
@@ -418,29 +423,34 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   rt_prefetch_regions(reg, 6 * K, (int64_t)blockIdx.x * 32 + lane, (int64_t)gridDim.x * 32);
 }
 
-// act = silu(g) * u over n rows of len elements, row stride st
-__global__ void k_swiglu(const float *g, const float *u, float *act, int rows, int len, int64_t st) {
+// act = silu(g) * u for slots slot0 .. slot0 + nslot - 1 of each of n
+// tokens (S slots a token, len elements of a slot, slot stride st)
+__global__ void k_swiglu(const float *g, const float *u, float *act, int n, int slot0, int nslot, int S, int len,
+                         int64_t st) {
   rt_trigger();
   rt_wait();
-  for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < (int64_t)rows * len;
+  for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < (int64_t)n * nslot * len;
        i += (int64_t)gridDim.x * blockDim.x) {
-    int64_t r = i / len, c = i % len, o = r * st + c;
-    float x = g[o];
+    const int64_t r = i / len, c = i % len, o = ((r / nslot) * S + slot0 + r % nslot) * st + c;
+    const float x = g[o];
     act[o] = x / (1.0f + expf(-x)) * u[o];
   }
 }
 
-// out = norm(m + m2 + r2) (routed experts, shared expert, residual), one
-// block per token
-__global__ void k_final(float *m, const float *m2, const float *r2, const float *w, int n, float eps, float *out) {
+// out = norm(m + w m2 + r2) (routed experts, shared expert weighted by
+// w[t * RT_KST] (sigmoid(shared_expert_gate); 1 when w is NULL), residual),
+// one block per token
+__global__ void k_final(const float *m, const float *m2, const float *r2, const float *w2, const float *w, int n,
+                        float eps, float *out) {
   rt_trigger();
   rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
+  const float sw = w2 ? w2[blockIdx.x * RT_KST] : 1.0f;
   float v[RT_NQ];
 #pragma unroll
   for (int q = 0; q < RT_NQ; q++) {
     const int i = threadIdx.x + 256 * q;
-    v[q] = i < n ? m[o + i] + m2[o + i] + r2[o + i] : 0.0f;
+    v[q] = i < n ? m[o + i] + sw * m2[o + i] + r2[o + i] : 0.0f;
   }
   rt_zcnorm_regs(v, w, n, eps, out + o);
 }

@@ -62,7 +62,9 @@ struct gpu_session {
   pf_region *pf = nullptr;
   int npf = 0;
   int64_t IM; // expert / shared / dense intermediate slot width
-  cudaStream_t st = nullptr;
+  cudaStream_t st = nullptr, st2 = nullptr; // st2: the shared expert, beside the routed ones
+  cudaEvent_t fork = nullptr, join = nullptr;
+  cudaStream_t on = nullptr; // the stream go() launches on: st, or st2 for the shared expert
   std::vector<void *> allocs;
   std::vector<dlin> host_lins;
   dlin *lins;
@@ -102,7 +104,7 @@ static void go(gpu_session *g, bool pdl, void (*k)(KA...), dim3 grid, dim3 block
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = g->st;
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = g->on;
   cfg.attrs = at, cfg.numAttrs = pdl && g->pdl && !g->prof ? 1 : 0;
   cudaLaunchKernelEx(&cfg, k, static_cast<KA>(args)...);
 }
@@ -149,6 +151,9 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   for (void *a : g->allocs) cudaFree(a);
   if (g->h_tok) cudaFreeHost(g->h_tok);
   if (g->st) cudaStreamDestroy(g->st);
+  if (g->st2) cudaStreamDestroy(g->st2);
+  if (g->fork) cudaEventDestroy(g->fork);
+  if (g->join) cudaEventDestroy(g->join);
   delete g;
 }
 
@@ -198,8 +203,12 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
     if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
   }
   enum mtpq_status st = MTPQ_OK;
-  if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess)
-    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create a CUDA stream");
+  if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&g->st2, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming) != cudaSuccess)
+    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create CUDA streams and events");
+  g->on = g->st;
   int64_t E = d->moe ? d->E : 0;
   std::vector<dlin> &h = g->host_lins;
   h.assign(L_EXPERTS + 3 * E, dlin{});
@@ -345,8 +354,8 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   if (!st) st = put_tasks(g, {dense_task(L_O, g->att, d->Nq * d->D, g->y, H, n)}, &p.o, err);
   // the routed experts (one format) and the shared expert (often another)
   // run as separate launches so that each kernel is single-format; the
-  // shared expert's down projection goes to m2, weighted by
-  // sigmoid(shared_expert_gate) from k_route, and k_final adds the two
+  // shared expert's down projection goes to m2, and k_final adds the two,
+  // m2 weighted by sigmoid(shared_expert_gate) from k_route
   std::vector<mv_task> rs, gu, gus, down, downs;
   const bool shared = d->sg.w != nullptr;
   if (E) {
@@ -365,15 +374,10 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
       for (int k = 0; k < K; k++)
         x.t[x.nterm++] = mv_term{(int)(L_EXPERTS + 2 * E), k, g->act + (t * S + k) * IM, g->wsel + t * RT_KST + k};
       down.push_back(x);
-      if (shared) {
-        mv_task y = dense_task(L_SD, g->act + (t * S + K) * IM, 0, g->m2 + t * H, 0, 1);
-        y.t[0].w = g->wsel + t * RT_KST + K;
-        downs.push_back(y);
-      }
     }
-  } else {
-    downs.push_back(dense_task(L_SD, g->act + K * IM, S * IM, g->m2, H, n));
   }
+  if (shared) // unweighted: k_final applies sigmoid(shared_expert_gate), which the routing computes
+    downs.push_back(dense_task(L_SD, g->act + K * IM, S * IM, g->m2, H, n));
   if (shared) {
     gus.push_back(dense_task(L_SG, g->y2, H, g->gb + K * IM, S * IM, n));
     gus.push_back(dense_task(L_SU, g->y2, H, g->ub + K * IM, S * IM, n));
@@ -468,7 +472,8 @@ static void enqueue_step(gpu_session *g, int n) {
   const int H = (int)d->H, Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
   const int64_t KV = (int64_t)Nkv * D;
   mark(g, "start");
-  go(g, false, k_prep, dim3(g->prefetch ? (g->sms > n ? g->sms : n) : n), dim3(256), 0, (const uint8_t *)g->embed,
+  g->on = g->st;
+  go(g, false, k_prep, dim3(g->prefetch ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0, (const uint8_t *)g->embed,
      (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0], (const float *)g->nrm[1], d->eps, g->c,
      g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0, (const float *)g->kc,
      (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV, g->window, g->kv_budget);
@@ -498,6 +503,26 @@ static void enqueue_step(gpu_session *g, int n) {
      g->y2);
   mark(g, "residual+norm");
   const int S = g->K + 1;
+  // the shared expert (gate/up, SwiGLU, down into m2) on a second stream
+  // beside the router, routing and routed experts: it needs y2 only
+  const bool side = d->moe && d->sg.w && !g->prof;
+  if (side) {
+    cudaEventRecord(g->fork, g->st);
+    cudaStreamWaitEvent(g->st2, g->fork, 0);
+    g->on = g->st2;
+  }
+  launch_mv(g, p.gus);
+  mark(g, "shared expert gate/up");
+  if (d->sg.w)
+    go(g, true, k_swiglu, dim3(16), dim3(256), 0, (const float *)g->gb, (const float *)g->ub, g->act, n, g->K, 1, S,
+       (int)g->IM, g->IM);
+  mark(g, "shared expert swiglu");
+  launch_mv(g, p.downs);
+  mark(g, "shared expert down");
+  if (side) {
+    cudaEventRecord(g->join, g->st2);
+    g->on = g->st;
+  }
   if (d->moe) {
     launch_mv(g, p.rs);
     mark(g, "router+shared gate");
@@ -506,20 +531,17 @@ static void enqueue_step(gpu_session *g, int n) {
        (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->sel, g->wsel, (const dlin *)g->lins,
        (int)L_EXPERTS, g->prefetch);
     mark(g, "softmax+top-k");
+    launch_mv(g, p.gu);
+    mark(g, "experts gate/up");
+    go(g, true, k_swiglu, dim3(64), dim3(256), 0, (const float *)g->gb, (const float *)g->ub, g->act, n, 0, g->K, S,
+       (int)g->IM, g->IM);
+    mark(g, "experts swiglu");
+    launch_mv(g, p.down);
+    mark(g, "experts down (weighted sum)");
   }
-  launch_mv(g, p.gu);
-  mark(g, "experts gate/up");
-  launch_mv(g, p.gus);
-  mark(g, "shared expert gate/up");
-  go(g, true, k_swiglu, dim3(64), dim3(256), 0, (const float *)g->gb, (const float *)g->ub, g->act, n * S,
-     (int)g->IM, g->IM);
-  mark(g, "swiglu");
-  launch_mv(g, p.down);
-  mark(g, "experts down (weighted sum)");
-  launch_mv(g, p.downs);
-  mark(g, "shared expert down");
-  go(g, true, k_final, dim3(n), dim3(256), 0, g->m, (const float *)g->m2, (const float *)g->y,
-     (const float *)g->nrm[6], H, d->eps, g->out);
+  if (side) cudaStreamWaitEvent(g->st, g->join, 0);
+  go(g, !side, k_final, dim3(n), dim3(256), 0, g->m, (const float *)g->m2, (const float *)g->y,
+     (const float *)(d->moe ? g->wsel + g->K : nullptr), (const float *)g->nrm[6], H, d->eps, g->out);
   mark(g, "final norm");
 }
 

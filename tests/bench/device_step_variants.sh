@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU-machine run for issue 7's tuning: builds, runs the gpu runtime tests,
 # then times the mtpq drafter's step at 4K batch 1 under each runtime switch
-# (MTPQ_CUDA_PDL, MTPQ_CUDA_PREFETCH, MTPQ_CUDA_PREFETCH_KV_MB,
-# MTPQ_CUDA_GRAPHS) and records one draft call's kernels with ncu (kernels
+# (MTPQ_CUDA_PDL; MTPQ_CUDA_PREFETCH, MTPQ_CUDA_PREFETCH_KV_MB and
+# MTPQ_CUDA_GRAPHS by hand) and records one draft call's kernels with ncu (kernels
 # serialised: their durations alone, no overlap). MTPQ_ACCEPT=0 skips
 # bench-acceptance on the tiny model; MTPQ_FULL=1 adds the full table. Logs in $OUT; a summary
 # table last. Carry [".device-debs", "dv.safetensors"] (see device_step.sh).
@@ -27,7 +27,6 @@ step() { # label, env...: the mtpq row of a 4K batch-1 bench-step
 {
 step default
 step no-pdl MTPQ_CUDA_PDL=0
-step prefetch MTPQ_CUDA_PREFETCH=1
 step default-again
 } | tee "$OUT/variants.txt"
 # one draft call (3 steps) of the mtpq row, kernel by kernel (call 50: the
