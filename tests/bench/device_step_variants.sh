@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# GPU-machine run for issue 7's tuning: builds, runs the gpu runtime tests,
-# then times the mtpq drafter's step at 4K batch 1 under each runtime switch
-# (MTPQ_CUDA_PDL; MTPQ_CUDA_PREFETCH, MTPQ_CUDA_PREFETCH_KV_MB and
-# MTPQ_CUDA_GRAPHS by hand) and records one draft call's kernels with ncu (kernels
-# serialised: their durations alone, no overlap). MTPQ_ACCEPT=0 skips
-# bench-acceptance on the tiny model; MTPQ_FULL=1 adds the full table. Logs in $OUT; a summary
-# table last. Carry [".device-debs", "dv.safetensors"] (see device_step.sh).
+# GPU-machine run for issue 7's tuning: builds, runs the gpu runtime tests
+# (MTPQ_TESTS=0: not), times the mtpq drafter's step at 4K batch 1 by
+# default and with MTPQ_CUDA_PDL=0 (MTPQ_CUDA_PREFETCH=1, ..._KV_MB and
+# MTPQ_CUDA_GRAPHS=0 by hand), records one draft call's kernels with ncu
+# (serialised: each kernel's duration alone; MTPQ_NCU=0: not; MTPQ_NCU_DETAIL=1
+# adds stall reasons and memory throughput), runs bench-acceptance on the tiny
+# model (MTPQ_ACCEPT=0: not) and, with MTPQ_FULL=1, the full bench-step table
+# (MTPQ_32K_B8=0 leaves out 32K batch 8, the slowest to prefill). Logs in
+# $OUT. Carry [".device-debs", "dv.safetensors"] (see device_step.sh).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -29,6 +31,7 @@ step default
 step no-pdl MTPQ_CUDA_PDL=0
 step default-again
 } | tee "$OUT/variants.txt"
+[ "${MTPQ_NCU:-1}" = 1 ] && {
 # one draft call (3 steps) of the mtpq row, kernel by kernel (call 50: the
 # stock row makes 45 calls at --iters 40)
 timeout 120 ncu --clock-control none --cache-control none --profile-from-start off --csv --page raw \
@@ -48,6 +51,7 @@ for name, ns in ks[n:2 * n] if n != len(ks) else ks:  # the second step of the c
 print(f'{"sum (one step, kernels alone)":62s} {tot / 1e3:8.1f} us; {len(ks)} kernels recorded')
 PY
 tail -3 "$OUT/ncu-run.txt"
+}
 if [ "${MTPQ_NCU_DETAIL:-0}" = 1 ]; then # why the slow kernels are slow: stall reasons, memory throughput
   timeout 150 ncu --clock-control none --cache-control none --profile-from-start off -k 'regex:k_attn|k_mv' \
     --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
@@ -66,6 +70,7 @@ fi
 if [ "${MTPQ_FULL:-0}" = 1 ]; then
   timeout 150 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --batch 1 --batch 2 \
     --batch 4 --batch 8 --iters 30 --target-step-ms 20 --mal 2.67 2>&1 | tee "$OUT/step-4096.txt" | grep -v est
+  B8=--batch; [ "${MTPQ_32K_B8:-1}" = 1 ] || B8=
   timeout 150 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 32768 --batch 1 \
-    --batch 8 --iters 20 --target-step-ms 20 --mal 2.67 2>&1 | tee "$OUT/step-32768.txt" | grep -v est
+    ${B8:+--batch 8} --iters 20 --target-step-ms 20 --mal 2.67 2>&1 | tee "$OUT/step-32768.txt" | grep -v est
 fi
