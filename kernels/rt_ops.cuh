@@ -1,11 +1,12 @@
 // The CUDA drafter runtime's other kernels (included by kernels/runtime_cuda.cu
-// only): embedding + norms, per-head norm + RoPE + KV write, attention split
-// over the context (flash-decoding partials, then a combine that applies the
-// output gate), routing (softmax + top-k in one warp per token), SwiGLU, the
-// residual + final norm, and the feedback of the argmax into the next step.
-// Every kernel takes the tokens of one launch (blockIdx over tokens) and
-// reads positions, sequences and token ids from device memory, so a CUDA
-// graph of the step does not depend on them.
+// only): embedding + norms (and the optional L2 prefetch), per-head key norm
+// + RoPE + K/V cache write, attention split over the context (K/V rows
+// copied to shared memory asynchronously; flash-decoding partials, then a
+// combine that applies the output gate), routing (softmax + top-k in one warp
+// per token), SwiGLU, the residual + final norm, and the feedback of the
+// argmax into the next step. Every kernel takes the tokens of one launch
+// (blockIdx over tokens) and reads positions, sequences and token ids from
+// device memory, so a CUDA graph of the step does not depend on them.
 #pragma once
 #include "kernels/rt_mv.cuh"
 extern "C" {

@@ -7,7 +7,10 @@
 // split-context attention, routing, SwiGLU). One draft step is captured as
 // a CUDA graph per token count (MTPQ_CUDA_GRAPHS=0 launches the kernels one
 // by one instead); a draft chain replays step + head + feedback k times and
-// synchronises once.
+// synchronises once. Consecutive kernels overlap by programmatic dependent
+// launch (each waits in rt_wait for its predecessor's results), and the
+// shared expert runs on a second stream beside the routed experts. Measured
+// effect of each: tests/bench/RESULTS.md.
 //
 // cuBLASLt is not used: at 1..8 tokens a step is a set of matrix-vector
 // products over weights read once, where a GEMM library's tiles (N >= 16 or
