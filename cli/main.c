@@ -42,8 +42,9 @@ static const struct cli_cmd commands[] = {
      "--target DIR [--drafter DIR]... --traces FILE [-k N] [options]", bench_accept_opts, cmd_bench_accept,
      "Replays the greedy draft/verify loop over recorded target traces (tokens +\n"
      "final-norm hidden states) with the embedded runtime (--backend, default auto):\n"
-     "per-position acceptance, mean acceptance length, drafts, per domain (the\n"
-     "trace-name prefix before the first dot) and overall; stock first.\n"},
+     "per-position acceptance, mean acceptance length, drafts and the drafter's\n"
+     "time per drafted token and per round, per domain (the trace-name prefix\n"
+     "before the first dot) and overall; stock first.\n"},
     {"download", "fetch a Hub repo into the huggingface_hub cache", "REPO [--revision R] [--include GLOB]...",
      download_opts, cmd_download,
      "Resolves the revision to a commit, lists the tree and fetches the selected\n"

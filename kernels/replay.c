@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/util.h"
+
 void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats *b) {
   a->k = b->k;
   a->drafts += b->drafts;
@@ -12,6 +14,9 @@ void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats
     a->accepted[i] += b->accepted[i];
     a->reached[i] += b->reached[i];
   }
+  a->draft_s += b->draft_s;
+  a->catchup_s += b->catchup_s;
+  a->catchups += b->catchups;
 }
 
 enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *x, const void *hidden_bf16,
@@ -34,21 +39,21 @@ enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *x, con
   while (!rc && c < n - 1) {
     int64_t m = c - from;
     for (int64_t t = 0; t < m; t++) tok[t] = x[from + t + 1], pos[t] = from + t;
+    double t0 = mtpq__now();
     rc = mtpq_session_step(s, (int)m, tok, (const unsigned char *)hidden_bf16 + (size_t)from * (size_t)H * 2, 1,
                            pos, out, err);
+    double t1 = mtpq__now();
     if (rc) break;
+    if (from > 0) st->catchup_s += t1 - t0, st->catchups++;
     int keff = (int)(n - 1 - c < k ? n - 1 - c : k);
     int32_t d[MTPQ_MAX_K];
     memcpy(prev, out + (size_t)(m - 1) * (size_t)H, (size_t)H * sizeof *prev);
     mtpq_session_head(s, prev, &d[0], NULL);
-    for (int i = 1; i < keff && !rc; i++) {
-      int64_t p1 = c - 1 + i;
-      rc = mtpq_session_step(s, 1, &d[i - 1], prev, 0, &p1, out, err);
-      if (!rc) {
-        memcpy(prev, out, (size_t)H * sizeof *prev);
-        mtpq_session_head(s, prev, &d[i], NULL);
-      }
+    if (keff > 1) { /* steps 2..keff from d[0] and prev at position c */
+      int64_t p1 = c;
+      rc = mtpq_session_draft(s, 1, &d[0], prev, &p1, keff - 1, d + 1, err);
     }
+    st->draft_s += mtpq__now() - t1;
     if (rc) break;
     int a = 0;
     while (a < keff && d[a] == x[c + 1 + a]) a++;

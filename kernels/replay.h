@@ -10,6 +10,9 @@
  * the drafter's own post-norm output and its previous draft at the next
  * position; drafts are compared with x[c+1], x[c+2], ... and accepted while
  * they match (k is cut at the end of the trace); c advances by accepted + 1.
+ * Steps 2..k run as one mtpq_session_draft call (on the CUDA backend: the
+ * on-device chain of CUDA graph replays, one synchronisation), the same
+ * arithmetic as a step and a head per draft.
  */
 #ifndef MTPQ_KERNELS_REPLAY_H
 #define MTPQ_KERNELS_REPLAY_H
@@ -26,6 +29,12 @@ struct mtpq_accept_stats {
   uint64_t draft_tokens; /* drafted tokens (k, less at the trace end) */
   uint64_t accepted[MTPQ_MAX_K]; /* rounds whose draft i was accepted */
   uint64_t reached[MTPQ_MAX_K];  /* rounds whose draft i was compared (all before it accepted) */
+  /* wall-clock seconds in the drafter, as the replay calls it: drafting
+   * (the head on the last catch-up output, then steps 2..k) and catching up
+   * (the first pass over the slots the target verified since the last round;
+   * the prompt's pass, before the first round, is left out) */
+  double draft_s, catchup_s;
+  uint64_t catchups; /* rounds whose catch-up was timed */
 };
 
 /* Replay one trace with a fresh session (the caller opens it per trace). */

@@ -6,8 +6,9 @@ the same loop (testdata/runtime/replay_ref.json, made with transformers'
 Qwen3-Next modules on the GPU machine): drafts, accepted and reached counts
 per position and domain. The quantized drafter from `mtpq quantize` is
 reported next to stock with the JSON contract's fields; the SVG plot is
-well-formed; mismatched traces, a drafter from another target and k < 1 are
-refused.
+well-formed; the drafter timing (step, catch-up, round, tokens/s) is
+reported and consistent; mismatched traces, a drafter from another target
+and k < 1 are refused.
 Usage: test_acceptance.py MTPQ GEN_FIXTURE TESTDATA
 """
 import json
@@ -69,6 +70,19 @@ with tempfile.TemporaryDirectory() as tmp:
               f"{dom}: fields")
         print(f"{dom}: stock MAL {rep['drafters'][0]['domains'][dom]['mean_acceptance_length']:.4f}, "
               f"quantized {x['mean_acceptance_length']:.4f}")
+    for dr in rep["drafters"]:  # drafter timing: present, positive, consistent (values are not judged)
+        a = dr["all"]
+        check(all(a[f] > 0 and a[f] < 1e9 for f in ("draft_step_us", "catchup_us", "round_us", "draft_tokens_per_s")),
+              f"{dr['kind']}: timing fields {a}")
+        check(a["round_us"] >= a["draft_step_us"], f"{dr['kind']}: a round takes at least one draft step")
+        check(a["draft_tokens_per_s"] <= 1e6 / a["draft_step_us"] * (1 + 1e-9),
+              f"{dr['kind']}: tokens/s counts the catch-up time too")
+    p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"),
+            "--drafter", q, "-k", "2")  # (text output)
+    lines = p.stdout.splitlines()
+    check(p.returncode == 0 and "step us" in lines[1] and "tok/s" in lines[1], "timing columns")
+    diff = [l for l in lines if "difference vs stock" in l]
+    check(diff and diff[-1].rstrip().endswith("x"), f"speedup column: {diff[-1:]}")
     root = ET.parse(svg).getroot()
     check(root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 2, "svg")
     # a sliding draft window changes what the drafter sees (k = 1, window 8)
