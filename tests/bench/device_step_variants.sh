@@ -7,7 +7,12 @@
 # adds stall reasons and memory throughput), runs bench-acceptance on the tiny
 # model (MTPQ_ACCEPT=0: not) and, with MTPQ_FULL=1, the full bench-step table
 # (MTPQ_32K_B8=0 leaves out 32K batch 8, the slowest to prefill). Logs in
-# $OUT. Carry [".device-debs", "dv.safetensors"] (see device_step.sh).
+# $OUT. Carry [".device-debs", "dv.safetensors"]: the draft vocabulary is
+# built before the run on the dev machine (the tokenizer does not fit the
+# device transfer): mtpq build-vocab -t testdata/tiny-qwen3next/model/tokenizer.json
+#   -c testdata/tiny-qwen3next/counts/code_train.tsv
+#   -c testdata/tiny-qwen3next/counts/prose_train.tsv:10 -n 98304 --out dv
+# (dv.safetensors is git-ignored; MTPQ_DEVICE_VOCAB names another file).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
