@@ -357,7 +357,8 @@ __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, flo
   rt_zcnorm_regs(v, w, n, eps, y2 + o);
 }
 
-__device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
+// bytes of a matrix's weights (NVFP4: without its block scales)
+__host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
   return L.f == 0 ? L.rows * L.cols * 2 : L.f == 1 ? L.rows * L.cols : L.rows * L.cols / 2;
 }
 

@@ -137,8 +137,7 @@ static enum mtpq_status upload(gpu_session *g, const void *src, size_t n, const 
 
 static enum mtpq_status upload_lin(gpu_session *g, const struct lin *L, dlin *out, struct mtpq_err *err) {
   out->f = L->f, out->rows = L->rows, out->cols = L->cols, out->s = L->s, out->sc = nullptr;
-  size_t wb = L->f == LIN_BF16 ? (size_t)(L->rows * L->cols * 2) : L->f == LIN_FP8 ? (size_t)(L->rows * L->cols)
-                                                                                  : (size_t)(L->rows * L->cols / 2);
+  size_t wb = (size_t)rt_lin_bytes(*out);
   enum mtpq_status st = upload(g, L->w, wb, &out->w, err);
   if (!st && L->f == LIN_NVFP4) st = upload(g, L->scales, (size_t)(L->rows * L->cols / 16), &out->sc, err);
   return st;
@@ -235,8 +234,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
     for (int i = 0; i < L_HEAD; i++) {
       const dlin &L = h[i];
       if (!L.w) continue;
-      const int64_t wb = L.f == LIN_BF16 ? L.rows * L.cols * 2 : L.f == LIN_FP8 ? L.rows * L.cols : L.rows * L.cols / 2;
-      r.push_back(pf_region{L.w, wb / 16 * 16});
+      r.push_back(pf_region{L.w, rt_lin_bytes(L) / 16 * 16});
       if (L.sc) r.push_back(pf_region{L.sc, L.rows * L.cols / 16 / 16 * 16});
     }
     g->npf = (int)r.size();
