@@ -87,6 +87,7 @@ static void compare_backends(const char *drafter) {
          (unsigned long long)sc.accepted[1], (unsigned long long)sc.accepted[2], (unsigned long long)sg.accepted[0],
          (unsigned long long)sg.accepted[1], (unsigned long long)sg.accepted[2]);
   ck_assert_uint_eq(agree, rounds);
+  sc.draft_s = sg.draft_s = sc.catchup_s = sg.catchup_s = 0; /* wall-clock times: the backends' speeds differ */
   ck_assert_int_eq(memcmp(&sc, &sg, sizeof sc), 0);
   mtpq_st_close(tr);
   mtpq_drafter_close(d);
