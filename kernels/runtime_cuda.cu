@@ -447,10 +447,11 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
     return;
   }
   // the fewest rows per warp (a warp's loads all in flight at once) that
-  // still fit the launch in about one wave of resident blocks (a quarter
-  // over: more bytes in flight beat a short second wave); beyond that the
-  // grid is persistent and each warp loops over row sets
-  const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1) * 5 / 4;
+  // still fit the launch in one wave of resident blocks (allowing a quarter
+  // over, as before, left q/k/v a short second wave: 3.7 us slower a step at
+  // 4K batch 1, tests/bench/RESULTS.md); beyond that the grid is persistent
+  // and each warp loops over row sets
+  const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1);
   switch (NB) {
   case 1:
     if (mv_blocks(m, 1) <= wave) mv_go<1, 1>(g, m);
