@@ -30,6 +30,7 @@ if [ "${MTPQ_ALT_TESTS:-1}" = 1 ]; then
 fi
 row "$ROOT/build-gpu" tree | tee "$OUT/alt.txt"
 for a in alt/*/; do
+  [ -d "$a" ] || continue # no alt/ trees: the working tree's row only
   name=$(basename "$a") dir=/tmp/alt-$name
   rm -rf "$dir" && mkdir -p "$dir" && tar -C "$ROOT" --exclude=./build-gpu --exclude=./alt -cf - . | tar -C "$dir" -xf -
   cp -r "$a". "$dir"/
