@@ -5,9 +5,9 @@
 # (alt/ is git-ignored only by .git/info/exclude: add "/alt/" there). Each
 # alt/NAME is built as a copy of this tree with its files laid over, its gpu
 # runtime tests run (MTPQ_ALT_TESTS=0: none; MTPQ_ALT_NOTEST="NAME ...": not
-# those), and its 4K batch-1 bench-step
-# rows printed beside the working tree's (plus --profile with
-# MTPQ_ALT_PROFILE=1). Carry [".device-debs", "dv.safetensors", "alt"].
+# those), and its 4K batch-1 bench-step rows printed beside the working
+# tree's (plus --profile with MTPQ_ALT_PROFILE=1). Carry [".device-debs",
+# "dv.safetensors", "alt"].
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -17,7 +17,7 @@ set +e +o pipefail
 T=/tmp/t80
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader; } | tee "$OUT/card.txt"
 ./build-gpu/tests/gen_fixture $T --nvfp4-target > /dev/null &&
-  ./build-gpu/mtpq quantize $T --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/q80 --gpu | tail -1
+  ./build-gpu/mtpq quantize $T --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/q80 --gpu --force | tail -1
 row() { # build dir, label, env...
   local b=$1 label=$2; shift 2
   env "$@" timeout 90 $b/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 \
