@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 set +e +o pipefail
 M=./build-gpu/mtpq G=./build-gpu/tests/gen_fixture T=/tmp/t80
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader; } | tee "$OUT/card.txt"
-$G $T --nvfp4-target > /dev/null && $M quantize $T --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/q80 --gpu | tail -1
+$G $T --nvfp4-target > /dev/null && $M quantize $T --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/q80 --gpu --force | tail -1
 if [ "${MTPQ_TESTS:-1}" = 1 ]; then
   (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
   tail -3 "$OUT/gpu-tests.txt"
@@ -68,7 +68,7 @@ fi
 echo; cat "$OUT/variants.txt"
 if [ "${MTPQ_ACCEPT:-1}" = 1 ]; then
   TM=testdata/tiny-qwen3next
-  $M quantize $TM/model --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/tq --expert-input-scale 0.1667 > /dev/null
+  $M quantize $TM/model --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/tq --expert-input-scale 0.1667 --force > /dev/null
   $M bench-acceptance --backend cuda --target $TM/model --traces $TM/traces.safetensors --drafter /tmp/tq \
     > "$OUT/accept-cuda.txt" 2>&1; tail -4 "$OUT/accept-cuda.txt"
 fi
