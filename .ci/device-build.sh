@@ -3,12 +3,18 @@
 # (sm_90a), build into build-gpu/. Source it: `. .ci/device-build.sh`.
 set -euo pipefail
 mkdir -p /tmp/deps
-for f in .device-debs/*.deb; do dpkg -x "$f" /tmp/deps; done
 export D=/tmp/deps/usr
 export CMAKE_PREFIX_PATH=$D PKG_CONFIG_PATH=$D/lib/x86_64-linux-gnu/pkgconfig:$D/share/pkgconfig
 export LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# The .pc files say prefix=/usr; point them at the unpacked tree.
-for pc in "$D"/lib/x86_64-linux-gnu/pkgconfig/*.pc "$D"/share/pkgconfig/*.pc; do [ -f "$pc" ] && sed -i "s#=/usr\(/\|$\)#=$D\1#g" "$pc"; done
+# Once per machine (tests/bench/device_alt.sh then builds several trees at
+# once): unpack, and point the .pc files (prefix=/usr) at the unpacked tree.
+if [ ! -f /tmp/deps/.unpacked ]; then
+  for f in .device-debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+  for pc in "$D"/lib/x86_64-linux-gnu/pkgconfig/*.pc "$D"/share/pkgconfig/*.pc; do
+    if [ -f "$pc" ]; then sed -i "s#=/usr\(/\|$\)#=$D\1#g" "$pc"; fi
+  done
+  touch /tmp/deps/.unpacked
+fi
 rm -f build-gpu/CMakeCache.txt  # cached pkg-config paths may be stale
 cmake -S . -B build-gpu -DMTPQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMTPQ_BUILD_TESTS=ON \
   -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_BUILD_RPATH="$D/lib/x86_64-linux-gnu" \
