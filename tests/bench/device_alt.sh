@@ -15,9 +15,9 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 ROOT=$PWD
 . .ci/device-build.sh || exit 1 # also unpacks the packages the other builds use
+. tests/bench/device_lib.sh
 set +e +o pipefail
-T=/tmp/t80
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader; } | tee "$OUT/card.txt"
+dev_card
 names=()
 for a in alt/*/; do
   [ -d "$a" ] || continue # no alt/ trees: the working tree's row only
@@ -27,8 +27,7 @@ for a in alt/*/; do
   names+=("$name")
   (cd "$dir" && OUT=$OUT/$name && mkdir -p "$OUT" && . .ci/device-build.sh) > "$OUT/alt-$name-build.txt" 2>&1 &
 done
-./build-gpu/tests/gen_fixture $T --nvfp4-target > /dev/null &&
-  ./build-gpu/mtpq quantize $T --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/q80 --gpu --force | tail -1
+dev_fixture ./build-gpu
 wait
 built=()
 for name in "${names[@]}"; do
@@ -45,16 +44,11 @@ if [ "${MTPQ_ALT_TESTS:-1}" = 1 ]; then
   wait
   for f in "$OUT"/*-tests.txt; do echo "$(basename "$f" -tests.txt): $(grep -E 'tests passed|tests failed' "$f")"; done
 fi
-row() { # build dir, label, env...
-  local b=$1 label=$2; shift 2
-  env "$@" timeout 90 $b/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 \
-    ${MTPQ_ALT_PROFILE:+--profile} > "$OUT/alt-$label.txt" 2>&1
-  printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/alt-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-6)}')"
-}
-row "$ROOT/build-gpu" tree | tee "$OUT/alt.txt"
+ROW_PROFILE=${MTPQ_ALT_PROFILE:-}
+dev_row "$ROOT/build-gpu" tree | tee "$OUT/alt.txt"
 for name in "${built[@]}"; do
-  row "/tmp/alt-$name/build-gpu" "$name" | tee -a "$OUT/alt.txt"
-  [ -n "${MTPQ_ALT_PROFILE:-}" ] && grep -A20 '^profile: /tmp/q80' "$OUT/alt-$name.txt" | head -20
+  dev_row "/tmp/alt-$name/build-gpu" "$name" | tee -a "$OUT/alt.txt"
+  [ -n "$ROW_PROFILE" ] && grep -A20 '^profile: /tmp/q80' "$OUT/row-$name.txt" | head -20
 done
-row "$ROOT/build-gpu" tree-again | tee -a "$OUT/alt.txt" # drift over the run
+dev_row "$ROOT/build-gpu" tree-again | tee -a "$OUT/alt.txt" # drift over the run
 cat "$OUT/alt.txt"

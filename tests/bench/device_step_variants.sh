@@ -17,24 +17,19 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 . .ci/device-build.sh || exit 1
+. tests/bench/device_lib.sh
 set +e +o pipefail
-M=./build-gpu/mtpq G=./build-gpu/tests/gen_fixture T=/tmp/t80
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader; } | tee "$OUT/card.txt"
-$G $T --nvfp4-target > /dev/null && $M quantize $T --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/q80 --gpu --force | tail -1
+M=./build-gpu/mtpq
+dev_card
+dev_fixture ./build-gpu
 if [ "${MTPQ_TESTS:-1}" = 1 ]; then
   (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
   tail -3 "$OUT/gpu-tests.txt"
 fi
-step() { # label, env...: the mtpq row of a 4K batch-1 bench-step
-  local label=$1; shift
-  env "$@" timeout 90 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context ${CTX:-4096} \
-    --iters ${ITERS:-40} > "$OUT/v-$label.txt" 2>&1
-  printf '%-20s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/v-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-6)}')"
-}
 {
-step default
-step no-pdl MTPQ_CUDA_PDL=0
-step default-again
+dev_row ./build-gpu default
+dev_row ./build-gpu no-pdl MTPQ_CUDA_PDL=0
+dev_row ./build-gpu default-again
 } | tee "$OUT/variants.txt"
 [ "${MTPQ_NCU:-1}" = 1 ] && {
 # one draft call (3 steps) of the mtpq row, kernel by kernel (call 50: the
