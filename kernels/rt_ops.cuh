@@ -2,8 +2,8 @@
 // only): embedding + norms (and the optional L2 prefetch), per-head key norm
 // + RoPE + K/V cache write, attention split over the context (K/V rows
 // copied to shared memory asynchronously; flash-decoding partials, then a
-// combine that applies the output gate), routing (softmax + top-k in one warp
-// per token), SwiGLU, the residual + final norm, and the feedback of the
+// combine that applies the output gate), routing (softmax + top-k, a warp
+// per 512 experts of a token), SwiGLU, the residual + final norm, and the feedback of the
 // argmax into the next step. Every kernel takes the tokens of one launch
 // (blockIdx over tokens) and reads positions, sequences and token ids from
 // device memory, so a CUDA graph of the step does not depend on them.
@@ -292,18 +292,23 @@ __device__ float rt_block_max(float v) { // blockDim.x == 256
   return res;
 }
 
-// grid (Nq, tokens), 256 threads, (8 * D + nsplit) floats of shared memory:
-// combine the splits of one head (each split's max and sum loaded once, by a
-// thread each; outputs with warps over splits, lanes over dims, 8 splits'
-// loads in flight per warp), normalise, apply sigmoid(gate)
+// grid (Nq, tokens, ceil(D / 32)), 256 threads, nsplit floats of shared
+// memory: combine the splits of one head for 32 of its output columns (each
+// split's max and sum loaded once per block, by a thread each; then warp w
+// sums splits w, w + 8, ... for the lane's column), normalise, apply
+// sigmoid(gate). The sums run in the order of the one-block-per-head kernel
+// this replaces (16 blocks at 4K: 12.5 us under ncu, a chain of dependent
+// loads on 16 SMs), so the results are the same bits.
 __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const float *po, const float *pm,
                                                       const float *pl, int Nq, int D, const int64_t *pos, int window,
                                                       int nsplit, float *att) {
-  extern __shared__ float red[]; // 8 x D partial outputs, then a weight per split
-  float *wsp = red + 8 * D;
+  extern __shared__ float wsp[]; // a weight per split
+  __shared__ float red[8][32];
   rt_trigger();
   rt_wait();
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int c = blockIdx.z * 32 + lane;
+  const float gv = warp == 0 && c < D ? qg[(int64_t)t * 2 * Nq * D + (int64_t)h * 2 * D + D + c] : 0.0f;
   const int64_t p = pos[t];
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
@@ -319,26 +324,18 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
     wsp[s] = w, l += pl[base + s] * w;
   }
   const float L = rt_block_sum(l); // (its barriers publish wsp)
-  float o[16];
-#pragma unroll
-  for (int q = 0; q < 16; q++) o[q] = 0.0f;
-#pragma unroll 8
-  for (int s = warp; s < ns; s += 8) {
-    const float w = wsp[s];
-    const float *src = po + (base + s) * D;
-#pragma unroll
-    for (int q = 0; q < 16; q++)
-      if (lane + 32 * q < D) o[q] = fmaf(src[lane + 32 * q], w, o[q]);
+  float o = 0.0f;
+  if (c < D) {
+    const float *src = po + base * D + c;
+#pragma unroll 16
+    for (int s = warp; s < ns; s += 8) o = fmaf(src[(int64_t)s * D], wsp[s], o);
   }
-#pragma unroll
-  for (int q = 0; q < 16; q++)
-    if (lane + 32 * q < D) red[warp * D + lane + 32 * q] = o[q];
+  red[warp][lane] = o;
   __syncthreads();
-  const float *gate = qg + (int64_t)t * 2 * Nq * D + (int64_t)h * 2 * D + D;
-  for (int j = tid; j < D; j += 256) {
+  if (warp == 0 && c < D) {
     float v = 0;
-    for (int w = 0; w < 8; w++) v += red[w * D + j];
-    att[((int64_t)t * Nq + h) * D + j] = v / L * (1.0f / (1.0f + expf(-gate[j])));
+    for (int w = 0; w < 8; w++) v += red[w][lane];
+    att[((int64_t)t * Nq + h) * D + c] = v / L * (1.0f / (1.0f + expf(-gv)));
   }
 }
 
@@ -362,67 +359,120 @@ __host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
   return L.f == 0 ? L.rows * L.cols * 2 : L.f == 1 ? L.rows * L.cols : L.rows * L.cols / 2;
 }
 
-// grid (blocks, tokens), one warp each: softmax over E router logits, top-K
-// (ties to the lower expert), optional renormalisation; slot K gets
-// sigmoid(shared_expert_gate). Every block of a token routes it (a few
-// hundred logits) and prefetches its share of the chosen experts' gate, up
-// and down weights into L2 for the launches after it; block 0 writes the
-// choice. tab + ex: the gate weights of the E experts, then up, then down.
+#define RT_RPT 16 // router logits per thread in k_route (E <= RT_RPT * 256)
+
+// max (op 0) or sum (op 1) over a block of nw warps (nw == 1: no barrier)
+__device__ __forceinline__ float rt_route_reduce(float v, int op, int nw, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    v = op ? v + u : fmaxf(v, u);
+  }
+  if (nw == 1) return v;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = sh[0];
+  for (int w = 1; w < nw; w++) r = op ? r + sh[w] : fmaxf(r, sh[w]);
+  return r;
+}
+
+// the largest of a thread's RT_RPT keys, as a tree (depth 4, not a chain of 16)
+__device__ __forceinline__ unsigned long long rt_key_max(const unsigned long long (&key)[RT_RPT]) {
+  static_assert(RT_RPT == 16, "the tree below has four levels");
+  unsigned long long a[8], b[4];
+#pragma unroll
+  for (int i = 0; i < 8; i++) a[i] = key[i] > key[i + 8] ? key[i] : key[i + 8];
+#pragma unroll
+  for (int i = 0; i < 4; i++) b[i] = a[i] > a[i + 4] ? a[i] : a[i + 4];
+  const unsigned long long c0 = b[0] > b[2] ? b[0] : b[2], c1 = b[1] > b[3] ? b[1] : b[3];
+  return c0 > c1 ? c0 : c1;
+}
+
+// grid (blocks, tokens), 32 * ceil(E / 512) threads: softmax over E router
+// logits, top-K (ties to the lower expert), optional renormalisation; slot K
+// gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
+// in registers (at E <= 512 one warp, the order of its sums as before), and
+// each of the K rounds is one warp (or block) reduction of 64-bit keys (the
+// thread that owned the winner recomputes its own maximum): the serial chain of shared-memory scans it
+// replaces took 8.8 us under ncu on the H200 (tests/bench/RESULTS.md). The
+// chosen probability comes back out of the key (p >= 0). Every block of a
+// token routes it and prefetches its share of the chosen experts' gate, up
+// and down weights into L2 when asked; block 0 writes the choice. tab + ex:
+// the gate weights of the E experts, then up, then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
                         float *wsel, const dlin *tab, int ex, int prefetch) {
-  extern __shared__ float pr[];
   __shared__ int chosen[RT_TMAX];
   __shared__ pf_region reg[6 * RT_TMAX];
+  __shared__ float fsh[8];
+  __shared__ unsigned long long ksh[8];
   rt_trigger();
   rt_wait();
-  const int t = blockIdx.y, lane = threadIdx.x;
+  const int t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x, nw = nt >> 5;
   const float *l = logits + (int64_t)t * E;
+  float p[RT_RPT];
   float m = -INFINITY;
-#pragma unroll 16 // the logits' loads in flight together
-  for (int e = lane; e < E; e += 32) m = fmaxf(m, pr[e] = l[e]);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+#pragma unroll
+  for (int i = 0; i < RT_RPT; i++) {
+    const int e = tid + nt * i;
+    p[i] = e < E ? l[e] : -INFINITY;
+    m = fmaxf(m, p[i]);
+  }
+  m = rt_route_reduce(m, 0, nw, fsh);
   float s = 0;
-#pragma unroll 4
-  for (int e = lane; e < E; e += 32) s += (pr[e] = expf(pr[e] - m));
-  s = rt_warp_sum(s);
-  for (int e = lane; e < E; e += 32) pr[e] /= s;
-  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < RT_RPT; i++)
+    if (tid + nt * i < E) s += (p[i] = expf(p[i] - m));
+  s = rt_route_reduce(s, 1, nw, fsh);
+  unsigned long long key[RT_RPT];
+#pragma unroll
+  for (int i = 0; i < RT_RPT; i++) {
+    const int e = tid + nt * i;
+    key[i] = e < E ? rt_argmax_key(p[i] / s, (uint32_t)e) : 0;
+  }
   float tot = 0;
   const bool w0 = blockIdx.x == 0;
+  unsigned long long mine = rt_key_max(key); // the thread's best, recomputed by its owner only
   for (int k = 0; k < K; k++) {
-    unsigned long long best = 0;
-    for (int e = lane; e < E; e += 32) {
-      unsigned long long key = pr[e] < 0 ? 0 : rt_argmax_key(pr[e], (uint32_t)e);
-      best = key > best ? key : best;
-    }
+    unsigned long long best = mine;
     for (int o = 16; o > 0; o >>= 1) {
-      unsigned long long b = __shfl_xor_sync(0xFFFFFFFFu, best, o);
+      const unsigned long long b = __shfl_xor_sync(0xFFFFFFFFu, best, o);
       best = b > best ? b : best;
     }
+    if (nw > 1) {
+      __syncthreads();
+      if ((tid & 31) == 0) ksh[tid >> 5] = best;
+      __syncthreads();
+      for (int w = 0; w < nw; w++) best = ksh[w] > best ? ksh[w] : best;
+    }
     const int e = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
-    const float v = pr[e];
-    __syncwarp();
-    if (lane == 0) {
-      chosen[k] = e, pr[e] = -1.0f; // probabilities are >= 0
+    const float v = __uint_as_float((uint32_t)(best >> 32) & 0x7FFFFFFFu); // the key of p >= 0
+    if (e % nt == tid) {
+#pragma unroll
+      for (int i = 0; i < RT_RPT; i++)
+        if (tid + nt * i == e) key[i] = 0;
+      mine = rt_key_max(key);
+    }
+    if (tid == 0) {
+      chosen[k] = e;
       if (w0) sel[t * RT_KST + k] = e, wsel[t * RT_KST + k] = v;
     }
     tot += v;
-    __syncwarp();
   }
-  if (lane == 0 && w0) {
+  if (tid == 0 && w0) {
     if (renorm)
       for (int k = 0; k < K; k++) wsel[t * RT_KST + k] /= tot;
     wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
   }
   if (!prefetch) return;
-  for (int i = lane; i < 3 * K; i += 32) { // gate and up of every expert first, then down
+  __syncthreads();
+  for (int i = tid; i < 3 * K; i += nt) { // gate and up of every expert first, then down
     const int k = i % K, w = i / K;
     const dlin &L = tab[ex + w * E + chosen[k]];
     reg[2 * i] = pf_region{L.w, rt_lin_bytes(L) / 16 * 16};
     reg[2 * i + 1] = pf_region{L.sc, L.sc ? L.rows * L.cols / 16 / 16 * 16 : 0};
   }
-  __syncwarp();
-  rt_prefetch_regions(reg, 6 * K, (int64_t)blockIdx.x * 32 + lane, (int64_t)gridDim.x * 32);
+  __syncthreads();
+  rt_prefetch_regions(reg, 6 * K, (int64_t)blockIdx.x * nt + tid, (int64_t)gridDim.x * nt);
 }
 
 // act = silu(g) * u for slots slot0 .. slot0 + nslot - 1 of each of n

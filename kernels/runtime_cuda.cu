@@ -61,6 +61,7 @@ struct gpu_session {
   int64_t max_pos;
   int window, nseq, cur, nsplit, K, fast, graphs;
   int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
+  int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R, 0: the wave rule), loads per lane (MTPQ_CUDA_FP4U: 8 or 16)
   int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
   pf_region *pf = nullptr;
   int npf = 0;
@@ -195,6 +196,13 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->K = d->moe ? (int)d->topk : 0;
   g->graphs = env_on("MTPQ_CUDA_GRAPHS");
   g->pdl = env_on("MTPQ_CUDA_PDL");
+  // NVFP4 products at one token (the routed experts) are bound by their
+  // decode instructions, not by one wave: at most 4 rows per warp spreads
+  // them evenly over the SMs (gate/up 19.6 -> 18.9 us under ncu), and 8
+  // loads per lane keep the down projection out of spills (18.3 -> 13.9 us):
+  // 191 -> 179 us a step at 4K batch 1 on the H200 (tests/bench/RESULTS.md)
+  g->fp4r = getenv("MTPQ_CUDA_FP4R") ? atoi(getenv("MTPQ_CUDA_FP4R")) : 4;
+  g->fp4u = getenv("MTPQ_CUDA_FP4U") ? atoi(getenv("MTPQ_CUDA_FP4U")) : 8;
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
   const char *kvmb = getenv("MTPQ_CUDA_PREFETCH_KV_MB");
@@ -425,7 +433,10 @@ template <int NB, int R> static void mv_go(gpu_session *g, const mv_launch &m) {
   switch (m.fmt) {
   case 0: mv_run<NB, R, U, 0>(g, m); break;
   case 1: mv_run<NB, R, U, 1>(g, m); break;
-  case 2: mv_run<NB, R, NB == 1 ? 16 : 8, 2>(g, m); break;
+  case 2:
+    if constexpr (NB == 1) g->fp4u == 8 ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
+    else mv_run<NB, R, 8, 2>(g, m);
+    break;
   default: mv_run<NB, R, U, 3>(g, m); break;
   }
 }
@@ -453,11 +464,12 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   // and each warp loops over row sets
   const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1);
   switch (NB) {
-  case 1:
-    if (mv_blocks(m, 1) <= wave) mv_go<1, 1>(g, m);
-    else if (mv_blocks(m, 4) <= wave) mv_go<1, 4>(g, m);
-    else mv_go<1, 8>(g, m);
+  case 1: {
+    int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : 8;
+    if (m.fmt == 2 && (g->fp4r == 1 || g->fp4r == 4) && g->fp4r < r) r = g->fp4r; // MTPQ_CUDA_FP4R: at most that
+    r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : mv_go<1, 8>(g, m);
     break;
+  }
   case 2: mv_blocks(m, 1) <= wave ? mv_go<2, 1>(g, m) : mv_go<2, 2>(g, m); break;
   case 4: mv_blocks(m, 1) <= wave ? mv_go<4, 1>(g, m) : mv_go<4, 2>(g, m); break;
   default: mv_blocks(m, 1) <= wave ? mv_go<8, 1>(g, m) : mv_go<8, 2>(g, m); break;
@@ -495,7 +507,7 @@ static void enqueue_step(gpu_session *g, int n) {
      g->window, (const float *)g->nrm[4], d->eps, (const float *)g->kc, (const float *)g->vc, g->nsplit, g->po,
      g->pm, g->pl);
   mark(g, "q norm+rope, attention (splits)");
-  go(g, true, k_attn_combine, dim3(Nq, n), dim3(256), (size_t)(8 * D + g->nsplit) * 4, (const float *)g->qg,
+  go(g, true, k_attn_combine, dim3(Nq, n, (D + 31) / 32), dim3(256), (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
      g->nsplit, g->att);
   mark(g, "attention combine+gate");
@@ -529,7 +541,8 @@ static void enqueue_step(gpu_session *g, int n) {
     launch_mv(g, p.rs);
     mark(g, "router+shared gate");
     const int rb = g->prefetch ? (g->sms / n > 32 ? 32 : g->sms / n > 1 ? g->sms / n : 1) : 1;
-    go(g, true, k_route, dim3(rb, n), dim3(32), (size_t)d->E * 4, (const float *)g->pr, (const float *)g->z,
+    go(g, true, k_route, dim3(rb, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
+       (const float *)g->pr, (const float *)g->z,
        (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->sel, g->wsel, (const dlin *)g->lins,
        (int)L_EXPERTS, g->prefetch);
     mark(g, "softmax+top-k");
