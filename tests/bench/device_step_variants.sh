@@ -3,7 +3,7 @@
 # (MTPQ_TESTS=0: not), times the mtpq drafter's step at 4K batch 1 by
 # default and with MTPQ_CUDA_PDL=0 (MTPQ_CUDA_PREFETCH=1, ..._KV_MB and
 # MTPQ_CUDA_GRAPHS=0 by hand), records one draft call's kernels with ncu
-# (serialised: each kernel's duration alone; MTPQ_NCU=0: not; MTPQ_NCU_DETAIL=1
+# (serialised: each kernel's duration alone; MTPQ_NCU=0: not; MTPQ_ROWS=0: no timed rows; MTPQ_NCU_DETAIL=1
 # adds stall reasons and memory throughput), runs bench-acceptance on the tiny
 # model (MTPQ_ACCEPT=0: not) and, with MTPQ_FULL=1, the full bench-step table
 # (MTPQ_32K_B8=0 leaves out 32K batch 8, the slowest to prefill). Logs in
@@ -26,7 +26,7 @@ if [ "${MTPQ_TESTS:-1}" = 1 ]; then
   (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
   tail -3 "$OUT/gpu-tests.txt"
 fi
-{
+[ "${MTPQ_ROWS:-1}" = 1 ] && {
 dev_row ./build-gpu default
 dev_row ./build-gpu no-pdl MTPQ_CUDA_PDL=0
 dev_row ./build-gpu default-again
@@ -53,14 +53,32 @@ PY
 tail -3 "$OUT/ncu-run.txt"
 }
 if [ "${MTPQ_NCU_DETAIL:-0}" = 1 ]; then # why the slow kernels are slow: stall reasons, memory throughput
-  timeout 150 ncu --clock-control none --cache-control none --profile-from-start off -k 'regex:k_attn|k_mv' \
+  timeout 200 ncu --clock-control none --cache-control none --profile-from-start off -k 'regex:k_attn|k_mv|k_route' \
     --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
-    --section LaunchStats --log-file "$OUT/ncu-detail.txt" env MTPQ_CUDA_PROFILE_CALL=50 $M bench-step \
+    --section LaunchStats --csv --page raw --log-file "$OUT/ncu-detail.csv" env MTPQ_CUDA_PROFILE_CALL=50 $M bench-step \
     --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 > /dev/null 2>&1
-  grep -E '^  [a-z_]+.*k_|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Stall|Registers Per|Block Limit|Waves Per SM|L2 Hit' \
-    "$OUT/ncu-detail.txt" | head -150 > "$OUT/ncu-detail-short.txt"
+  # one line per kernel of the call's second step: duration, DRAM %, occupancy, registers, grid, top stall reasons
+  python3 - "$OUT/ncu-detail.csv" <<'PY' | tee "$OUT/ncu-detail-short.txt"
+import csv, sys, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+h = rows[hdr]; data = [r for r in rows[hdr + 2:] if len(r) == len(h)]
+def col(r, name):
+    try: return r[h.index(name)]
+    except ValueError: return '?'
+stalls = [i for i, n in enumerate(h) if re.match(r'smsp__average_warps?_issue_stalled_.*_per_issue_active\.ratio$', n)]
+n = len(data) // 3 if len(data) % 3 == 0 else len(data)
+for r in data[n:2 * n] if n != len(data) else data:
+    name = re.sub(r'\(.*', '', r[h.index('Kernel Name')])[:34]
+    st = sorted(((float(r[i].replace(',', '') or 0), re.sub(r'smsp__average_warps?_issue_stalled_|_per_issue_active\.ratio', '', h[i])) for i in stalls), reverse=True)[:4]
+    print(f"{name:34s} {col(r, 'gpu__time_duration.sum'):>8s} dram% {col(r, 'gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed'):>6s} "
+          f"occ {col(r, 'sm__warps_active.avg.pct_of_peak_sustained_active'):>6s} reg {col(r, 'launch__registers_per_thread'):>4s} "
+          f"grid {col(r, 'launch__grid_size'):>6s} ipc {col(r, 'sm__inst_executed.avg.per_cycle_active'):>5s} "
+          + ' '.join(f'{k}={v:.1f}' for v, k in st))
+print('units:', col(rows[hdr + 1], 'gpu__time_duration.sum'), '; stall columns:', len(stalls))
+PY
 fi
-echo; cat "$OUT/variants.txt"
+[ -f "$OUT/variants.txt" ] && { echo; cat "$OUT/variants.txt"; }
 if [ "${MTPQ_ACCEPT:-1}" = 1 ]; then
   TM=testdata/tiny-qwen3next
   $M quantize $TM/model --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/tq --expert-input-scale 0.1667 --force > /dev/null
