@@ -218,13 +218,21 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
     if (seq[u] == sq_ && pos[u] < fresh) fresh = pos[u];
   const int64_t cbase = (int64_t)sq_ * max_pos * KV + (int64_t)g * D;
   const int d4 = D / 4, nc = n * d4;
+  // rows [0, nf) were written by earlier launches (copied before the wait),
+  // rows [nf, n) by this one; a thread's chunk c is (row c / d4, column
+  // c % d4), stepped by 256 chunks = cq rows and cr columns (no division in
+  // the loop)
+  const int nf = fresh <= p0 ? 0 : fresh - p0 >= n ? n : (int)(fresh - p0);
+  const int cq = 256 / d4, cr = 256 - cq * d4;
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) rt_wait(); // q, k, v of this step
-    for (int c = tid; c < nc; c += 256) {
-      const int i = c / d4, j = 4 * (c - i * d4);
-      if ((p0 + i >= fresh) != (pass == 1)) continue;
-      rt_cp16(ks + i * DP + j, kc + cbase + (p0 + i) * KV + j);
-      rt_cp16(vs + i * DP + j, vc + cbase + (p0 + i) * KV + j);
+    const int c1 = pass ? nc : nf * d4;
+    int c = (pass ? nf * d4 : 0) + tid, i = c / d4, j = c - i * d4;
+    for (; c < c1; c += 256) {
+      rt_cp16(ks + i * DP + 4 * j, kc + cbase + (p0 + i) * KV + 4 * j);
+      rt_cp16(vs + i * DP + 4 * j, vc + cbase + (p0 + i) * KV + 4 * j);
+      i += cq, j += cr;
+      if (j >= d4) j -= d4, i++;
     }
   }
   for (int h = warp; h < G; h += 8)
@@ -254,7 +262,7 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
     float m = v;
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
     const float x = lane < n ? expf(v - m) : 0.0f;
-    if (lane < n) ss[h * RT_CS + lane] = x;
+    ss[h * RT_CS + lane] = x; // 0 past n: the output loop below reads whole quads
     const float l = rt_warp_sum(x);
     if (lane == 0) pm[pi + (int64_t)h * nsplit] = m, pl[pi + (int64_t)h * nsplit] = l;
   }
@@ -263,12 +271,19 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
     float o[16];
 #pragma unroll
     for (int h = 0; h < 16; h++) o[h] = 0.0f;
-#pragma unroll 4
-    for (int i = 0; i < n; i++) {
-      const float v = vs[i * DP + j];
+    // rows in quads: one 16-byte load of each head's weights per quad (a
+    // load per weight before); rows past n add 0 * 0 (the same sums)
+    for (int i0 = 0; i0 < n; i0 += 4) {
+      float v[4];
+#pragma unroll
+      for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? vs[(i0 + q) * DP + j] : 0.0f;
 #pragma unroll
       for (int h = 0; h < 16; h++)
-        if (h < G) o[h] = fmaf(ss[h * RT_CS + i], v, o[h]);
+        if (h < G) {
+          const float4 w4 = *reinterpret_cast<const float4 *>(ss + h * RT_CS + i0);
+          o[h] = fmaf(w4.x, v[0], o[h]), o[h] = fmaf(w4.y, v[1], o[h]);
+          o[h] = fmaf(w4.z, v[2], o[h]), o[h] = fmaf(w4.w, v[3], o[h]);
+        }
     }
 #pragma unroll
     for (int h = 0; h < 16; h++)
@@ -376,24 +391,13 @@ __device__ __forceinline__ float rt_route_reduce(float v, int op, int nw, float 
   return r;
 }
 
-// the largest of a thread's RT_RPT keys, as a tree (depth 4, not a chain of 16)
-__device__ __forceinline__ unsigned long long rt_key_max(const unsigned long long (&key)[RT_RPT]) {
-  static_assert(RT_RPT == 16, "the tree below has four levels");
-  unsigned long long a[8], b[4];
-#pragma unroll
-  for (int i = 0; i < 8; i++) a[i] = key[i] > key[i + 8] ? key[i] : key[i + 8];
-#pragma unroll
-  for (int i = 0; i < 4; i++) b[i] = a[i] > a[i + 4] ? a[i] : a[i + 4];
-  const unsigned long long c0 = b[0] > b[2] ? b[0] : b[2], c1 = b[1] > b[3] ? b[1] : b[3];
-  return c0 > c1 ? c0 : c1;
-}
-
 // grid (blocks, tokens), 32 * ceil(E / 512) threads: softmax over E router
 // logits, top-K (ties to the lower expert), optional renormalisation; slot K
 // gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
 // in registers (at E <= 512 one warp, the order of its sums as before), and
-// each of the K rounds is one warp (or block) reduction of 64-bit keys (the
-// thread that owned the winner recomputes its own maximum): the serial chain of shared-memory scans it
+// each of the K rounds is a register maximum plus one warp (or block)
+// reduction of 64-bit keys (caching each thread's maximum, recomputed as a
+// tree by the winner's owner only, measured no faster: 8.7-8.8 us vs 7.9): the serial chain of shared-memory scans it
 // replaces took 8.8 us under ncu on the H200 (tests/bench/RESULTS.md). The
 // chosen probability comes back out of the key (p >= 0). Every block of a
 // token routes it and prefetches its share of the chosen experts' gate, up
@@ -431,9 +435,10 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   }
   float tot = 0;
   const bool w0 = blockIdx.x == 0;
-  unsigned long long mine = rt_key_max(key); // the thread's best, recomputed by its owner only
   for (int k = 0; k < K; k++) {
-    unsigned long long best = mine;
+    unsigned long long best = 0;
+#pragma unroll
+    for (int i = 0; i < RT_RPT; i++) best = key[i] > best ? key[i] : best;
     for (int o = 16; o > 0; o >>= 1) {
       const unsigned long long b = __shfl_xor_sync(0xFFFFFFFFu, best, o);
       best = b > best ? b : best;
@@ -446,12 +451,9 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     }
     const int e = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
     const float v = __uint_as_float((uint32_t)(best >> 32) & 0x7FFFFFFFu); // the key of p >= 0
-    if (e % nt == tid) {
 #pragma unroll
-      for (int i = 0; i < RT_RPT; i++)
-        if (tid + nt * i == e) key[i] = 0;
-      mine = rt_key_max(key);
-    }
+    for (int i = 0; i < RT_RPT; i++)
+      if (tid + nt * i == e) key[i] = 0;
     if (tid == 0) {
       chosen[k] = e;
       if (w0) sel[t * RT_KST + k] = e, wsel[t * RT_KST + k] = v;
