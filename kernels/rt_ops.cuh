@@ -3,8 +3,8 @@
 // + RoPE + K/V cache write, attention split over the context (K/V rows
 // copied to shared memory asynchronously; flash-decoding partials, then a
 // combine that applies the output gate), routing (softmax + top-k, a warp
-// per 512 experts of a token), SwiGLU, the residual + final norm, and the feedback of the
-// argmax into the next step. Every kernel takes the tokens of one launch
+// per 512 experts of a token), SwiGLU, the residual + final norm, and the
+// feedback of the argmax into the next step. Every kernel takes the tokens of one launch
 // (blockIdx over tokens) and reads positions, sequences and token ids from
 // device memory, so a CUDA graph of the step does not depend on them.
 #pragma once
@@ -396,10 +396,11 @@ __device__ __forceinline__ float rt_route_reduce(float v, int op, int nw, float 
 // gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
 // in registers (at E <= 512 one warp, the order of its sums as before), and
 // each of the K rounds is a register maximum plus one warp (or block)
-// reduction of 64-bit keys (caching each thread's maximum, recomputed as a
-// tree by the winner's owner only, measured no faster: 8.7-8.8 us vs 7.9): the serial chain of shared-memory scans it
-// replaces took 8.8 us under ncu on the H200 (tests/bench/RESULTS.md). The
-// chosen probability comes back out of the key (p >= 0). Every block of a
+// reduction of 64-bit keys: 7.9 us under ncu on the H200, where the serial
+// chain of shared-memory scans it replaces took 8.8 (caching each thread's
+// maximum for the owner of the winner to recompute measured 8.7-8.8;
+// tests/bench/RESULTS.md). The chosen probability comes back out of the key
+// (p >= 0). Every block of a
 // token routes it and prefetches its share of the chosen experts' gate, up
 // and down weights into L2 when asked; block 0 writes the choice. tab + ex:
 // the gate weights of the E experts, then up, then down.

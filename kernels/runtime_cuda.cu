@@ -61,7 +61,8 @@ struct gpu_session {
   int64_t max_pos;
   int window, nseq, cur, nsplit, K, fast, graphs;
   int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
-  int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R, 0: the wave rule), loads per lane (MTPQ_CUDA_FP4U: 8 or 16)
+  int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
+                          // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
   int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
   pf_region *pf = nullptr;
   int npf = 0;
@@ -200,7 +201,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // decode instructions, not by one wave: at most 4 rows per warp spreads
   // them evenly over the SMs (gate/up 19.6 -> 18.9 us under ncu), and 8
   // loads per lane keep the down projection out of spills (18.3 -> 13.9 us):
-  // 191 -> 179 us a step at 4K batch 1 on the H200 (tests/bench/RESULTS.md)
+  // 186.7-189.4 -> 178.7 us a step at 4K batch 1 on the H200, same build
+  // (tests/bench/RESULTS.md)
   g->fp4r = getenv("MTPQ_CUDA_FP4R") ? atoi(getenv("MTPQ_CUDA_FP4R")) : 4;
   g->fp4u = getenv("MTPQ_CUDA_FP4U") ? atoi(getenv("MTPQ_CUDA_FP4U")) : 8;
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
