@@ -3,8 +3,9 @@
 # (MTPQ_TESTS=0: not), times the mtpq drafter's step at 4K batch 1 by
 # default and with MTPQ_CUDA_PDL=0 (MTPQ_CUDA_PREFETCH=1, ..._KV_MB and
 # MTPQ_CUDA_GRAPHS=0 by hand), records one draft call's kernels with ncu
-# (serialised: each kernel's duration alone; MTPQ_NCU=0: not; MTPQ_ROWS=0: no timed rows; MTPQ_NCU_DETAIL=1
-# adds stall reasons and memory throughput), runs bench-acceptance on the tiny
+# (serialised: each kernel's duration alone; MTPQ_NCU=0: not; MTPQ_NCU_DETAIL=1
+# adds stall reasons, instructions and memory throughput; MTPQ_ROWS=0 skips
+# the timed rows), runs bench-acceptance on the tiny
 # model (MTPQ_ACCEPT=0: not) and, with MTPQ_FULL=1, the full bench-step table
 # (MTPQ_32K_B8=0 leaves out 32K batch 8, the slowest to prefill). Logs in
 # $OUT. Carry [".device-debs", "dv.safetensors"]: the draft vocabulary is
@@ -73,7 +74,8 @@ for r in data[n:2 * n] if n != len(data) else data:
     st = sorted(((float(r[i].replace(',', '') or 0), re.sub(r'smsp__average_warps?_issue_stalled_|_per_issue_active\.ratio', '', h[i])) for i in stalls), reverse=True)[:4]
     print(f"{name:34s} {col(r, 'gpu__time_duration.sum'):>8s} dram% {col(r, 'gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed'):>6s} "
           f"occ {col(r, 'sm__warps_active.avg.pct_of_peak_sustained_active'):>6s} reg {col(r, 'launch__registers_per_thread'):>4s} "
-          f"grid {col(r, 'launch__grid_size'):>6s} ipc {col(r, 'sm__inst_executed.avg.per_cycle_active'):>5s} "
+          f"grid {col(r, 'launch__grid_size'):>6s} inst {col(r, 'sass__inst_executed_per_opcode'):>10s} "
+          f"issue/cyc {col(r, 'smsp__issue_active.avg.per_cycle_active'):>5s} "
           + ' '.join(f'{k}={v:.1f}' for v, k in st))
 print('units:', col(rows[hdr + 1], 'gpu__time_duration.sum'), '; stall columns:', len(stalls))
 PY
