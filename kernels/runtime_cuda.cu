@@ -64,6 +64,7 @@ struct gpu_session {
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
   int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
+  int profile_call;       // MTPQ_CUDA_PROFILE_CALL (0: none)
   pf_region *pf = nullptr;
   int npf = 0;
   int64_t IM; // expert / shared / dense intermediate slot width
@@ -117,6 +118,11 @@ static void go(gpu_session *g, bool pdl, void (*k)(KA...), dim3 grid, dim3 block
 static int env_on(const char *name) {
   const char *v = getenv(name);
   return !(v && strcmp(v, "0") == 0);
+}
+
+static int env_int(const char *name, int def) {
+  const char *v = getenv(name);
+  return v ? atoi(v) : def;
 }
 
 template <typename T>
@@ -203,8 +209,9 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // loads per lane keep the down projection out of spills (18.3 -> 13.9 us):
   // 186.7-189.4 -> 178.7 us a step at 4K batch 1 on the H200, same build
   // (tests/bench/RESULTS.md)
-  g->fp4r = getenv("MTPQ_CUDA_FP4R") ? atoi(getenv("MTPQ_CUDA_FP4R")) : 4;
-  g->fp4u = getenv("MTPQ_CUDA_FP4U") ? atoi(getenv("MTPQ_CUDA_FP4U")) : 8;
+  g->fp4r = env_int("MTPQ_CUDA_FP4R", 4);
+  g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
+  g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
   const char *kvmb = getenv("MTPQ_CUDA_PREFETCH_KV_MB");
@@ -708,8 +715,7 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   // MTPQ_CUDA_PROFILE_CALL=N: the Nth draft call of the process is the
   // profiler's range (ncu --profile-from-start off), to time its kernels alone
   static int calls = 0;
-  const char *pc = getenv("MTPQ_CUDA_PROFILE_CALL");
-  const bool ranged = pc && atoi(pc) == ++calls;
+  const bool ranged = g->profile_call > 0 && g->profile_call == ++calls;
   if (ranged) cudaProfilerStart();
   for (int s = 0; s < steps && !st; s++) st = run(g, n, true, err);
   if (ranged) {
