@@ -217,7 +217,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // experts + an FP8 shared expert); one format per kernel keeps the register
 // count (and so the blocks per SM) of that format alone.
 template <int NB, int R, int U, int FMT>
-__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 || U > 16 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
+__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
   __shared__ float lut[16 * 32]; // E2M1 value of nibble c at [c * 32 + lane]: no bank conflicts
   __shared__ mv_task T;
   __shared__ dlin Ls[RT_TMAX];

@@ -13,20 +13,39 @@ extern "C" {
 #include "kernels/rope.h"
 }
 
-__device__ float rt_block_sum(float v) { // blockDim.x == 256
-  __shared__ float part[8];
-  __shared__ float res;
-  v = rt_warp_sum(v);
+// max (op 0) or sum (op 1) of v over the block's nw <= 8 warps, returned to
+// every thread; sh: 9 floats of shared memory. A butterfly within each warp,
+// then one over the warps' partials (the missing ones the identity) in warp
+// 0, published through sh[8]; nw == 1: the warp's butterfly alone, no barrier.
+__device__ __forceinline__ float rt_block_reduce(float v, int op, int nw, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    v = op ? v + u : fmaxf(v, u);
+  }
+  if (nw == 1) return v;
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float t = threadIdx.x < 8 ? part[threadIdx.x] : 0.0f;
-    t = rt_warp_sum(t);
-    if (threadIdx.x == 0) res = t;
+    float t = threadIdx.x < nw ? sh[threadIdx.x] : op ? 0.0f : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float u = __shfl_xor_sync(0xFFFFFFFFu, t, o);
+      t = op ? t + u : fmaxf(t, u);
+    }
+    if (threadIdx.x == 0) sh[8] = t;
   }
   __syncthreads();
-  return res;
+  return sh[8];
+}
+
+__device__ float rt_block_sum(float v) { // blockDim.x == 256
+  __shared__ float sh[9];
+  return rt_block_reduce(v, 1, 8, sh);
+}
+
+__device__ float rt_block_max(float v) { // blockDim.x == 256
+  __shared__ float sh[9];
+  return rt_block_reduce(v, 0, 8, sh);
 }
 
 #define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
@@ -291,22 +310,6 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
   }
 }
 
-__device__ float rt_block_max(float v) { // blockDim.x == 256
-  __shared__ float part[8];
-  __shared__ float res;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < 8 ? part[threadIdx.x] : -INFINITY;
-    for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xFFFFFFFFu, t, o));
-    if (threadIdx.x == 0) res = t;
-  }
-  __syncthreads();
-  return res;
-}
-
 // grid (Nq, tokens, ceil(D / 32)), 256 threads, nsplit floats of shared
 // memory: combine the splits of one head for 32 of its output columns (each
 // split's max and sum loaded once per block, by a thread each; then warp w
@@ -376,21 +379,6 @@ __host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
 
 #define RT_RPT 16 // router logits per thread in k_route (E <= RT_RPT * 256)
 
-// max (op 0) or sum (op 1) over a block of nw warps (nw == 1: no barrier)
-__device__ __forceinline__ float rt_route_reduce(float v, int op, int nw, float *sh) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    v = op ? v + u : fmaxf(v, u);
-  }
-  if (nw == 1) return v;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = sh[0];
-  for (int w = 1; w < nw; w++) r = op ? r + sh[w] : fmaxf(r, sh[w]);
-  return r;
-}
-
 // grid (blocks, tokens), 32 * ceil(E / 512) threads: softmax over E router
 // logits, top-K (ties to the lower expert), optional renormalisation; slot K
 // gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
@@ -408,7 +396,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
                         float *wsel, const dlin *tab, int ex, int prefetch) {
   __shared__ int chosen[RT_TMAX];
   __shared__ pf_region reg[6 * RT_TMAX];
-  __shared__ float fsh[8];
+  __shared__ float fsh[9];
   __shared__ unsigned long long ksh[8];
   rt_trigger();
   rt_wait();
@@ -422,12 +410,12 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     p[i] = e < E ? l[e] : -INFINITY;
     m = fmaxf(m, p[i]);
   }
-  m = rt_route_reduce(m, 0, nw, fsh);
+  m = rt_block_reduce(m, 0, nw, fsh);
   float s = 0;
 #pragma unroll
   for (int i = 0; i < RT_RPT; i++)
     if (tid + nt * i < E) s += (p[i] = expf(p[i] - m));
-  s = rt_route_reduce(s, 1, nw, fsh);
+  s = rt_block_reduce(s, 1, nw, fsh);
   unsigned long long key[RT_RPT];
 #pragma unroll
   for (int i = 0; i < RT_RPT; i++) {
