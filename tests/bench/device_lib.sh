@@ -23,3 +23,28 @@ dev_row() {
     --iters "${ITERS:-40}" ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
   printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-6)}')"
 }
+
+# BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K batch 1 under
+# ncu, kernel by kernel (serialised: each kernel's duration alone; call 50:
+# the stock row makes 45 calls at --iters 40); the second step's kernels and
+# their sum in $OUT/ncu-LABEL-summary.txt
+dev_ncu() {
+  local b=$1 label=$2
+  timeout 120 ncu --clock-control none --cache-control none --profile-from-start off --csv --page raw \
+    --metrics gpu__time_duration.sum --log-file "$OUT/ncu-$label.csv" env MTPQ_CUDA_PROFILE_CALL=50 "$b"/mtpq \
+    bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 > "$OUT/ncu-$label-run.txt" 2>&1
+  python3 - "$OUT/ncu-$label.csv" <<'PY' | tee "$OUT/ncu-$label-summary.txt"
+import csv, sys, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+h = rows[hdr]; ki = h.index('Kernel Name'); ti = h.index('gpu__time_duration.sum')
+unit = rows[hdr + 1][ti]; scale = {'nsecond': 1, 'usecond': 1e3, 'msecond': 1e6}.get(unit, 1)
+ks = [(re.sub(r'\(.*', '', r[ki])[:60], float(r[ti].replace(',', '')) * scale) for r in rows[hdr + 2:] if len(r) > ti]
+n = len(ks) // 3 if len(ks) % 3 == 0 else len(ks)
+tot = 0
+for name, ns in ks[n:2 * n] if n != len(ks) else ks:  # the second step of the call
+    print(f'{name:62s} {ns / 1e3:8.1f} us'); tot += ns
+print(f'{"sum (one step, kernels alone)":62s} {tot / 1e3:8.1f} us; {len(ks)} kernels recorded')
+PY
+  tail -3 "$OUT/ncu-$label-run.txt"
+}

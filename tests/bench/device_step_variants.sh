@@ -32,27 +32,7 @@ dev_row ./build-gpu default
 dev_row ./build-gpu no-pdl MTPQ_CUDA_PDL=0
 dev_row ./build-gpu default-again
 } | tee "$OUT/variants.txt"
-[ "${MTPQ_NCU:-1}" = 1 ] && {
-# one draft call (3 steps) of the mtpq row, kernel by kernel (call 50: the
-# stock row makes 45 calls at --iters 40)
-timeout 120 ncu --clock-control none --cache-control none --profile-from-start off --csv --page raw \
-  --metrics gpu__time_duration.sum --log-file "$OUT/ncu.csv" env MTPQ_CUDA_PROFILE_CALL=50 $M bench-step \
-  --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 > "$OUT/ncu-run.txt" 2>&1
-python3 - "$OUT/ncu.csv" <<'PY' | tee "$OUT/ncu-summary.txt"
-import csv, sys, re
-rows = [r for r in csv.reader(open(sys.argv[1])) if r]
-hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
-h = rows[hdr]; ki = h.index('Kernel Name'); ti = h.index('gpu__time_duration.sum')
-unit = rows[hdr + 1][ti]; scale = {'nsecond': 1, 'usecond': 1e3, 'msecond': 1e6}.get(unit, 1)
-ks = [(re.sub(r'\(.*', '', r[ki])[:60], float(r[ti].replace(',', '')) * scale) for r in rows[hdr + 2:] if len(r) > ti]
-n = len(ks) // 3 if len(ks) % 3 == 0 else len(ks)
-tot = 0
-for name, ns in ks[n:2 * n] if n != len(ks) else ks:  # the second step of the call
-    print(f'{name:62s} {ns / 1e3:8.1f} us'); tot += ns
-print(f'{"sum (one step, kernels alone)":62s} {tot / 1e3:8.1f} us; {len(ks)} kernels recorded')
-PY
-tail -3 "$OUT/ncu-run.txt"
-}
+[ "${MTPQ_NCU:-1}" = 1 ] && dev_ncu ./build-gpu tree
 if [ "${MTPQ_NCU_DETAIL:-0}" = 1 ]; then # why the slow kernels are slow: stall reasons, memory throughput
   timeout 200 ncu --clock-control none --cache-control none --profile-from-start off -k 'regex:k_attn|k_mv|k_route' \
     --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
