@@ -15,9 +15,10 @@
 // band (16 B of FP8, 32 B of BF16, 8 B of NVFP4 + its E4M3 block scale), a
 // warp owns R whole rows and keeps U loads in flight per lane, so partial
 // sums combine with shuffles only (no shared memory, no block barrier). FP8 decodes through the
-// hardware E4M3 -> half conversion (exact), NVFP4 through a table
-// (a nibble's value at a per-lane column of a 16 x 32 table, so a warp's
-// lookups never share a bank; low nibble first). Accumulation is float32;
+// hardware E4M3 -> half conversion (exact), NVFP4 by placing each nibble's
+// bits in a half and one HMUL2 by the block scale per pair (exact: see
+// rt_decode16; a shared-memory table before, about twice the instructions
+// per weight). Accumulation is float32;
 // the order of the sums differs from the CPU reference, hence the tolerance
 // the tests state.
 #pragma once
@@ -124,8 +125,20 @@ __device__ __forceinline__ void rt_load16(const dlin &L, int64_t r, int64_t c0, 
   }
 }
 
+// NVFP4 weights (k, k + 4) of the 8 in word q (element e in bits 4e..4e+3)
+// as the half pair value * 2^-14, built from their bits alone: the nibble's
+// sign to bit 15, its exponent and mantissa (e1 e0 m) to bits 11..9. A half
+// with exponent field e and mantissa m * 512 is 2^(e-15) (1 + m/2) for e > 0
+// and m * 2^-15 for e == 0, which is the E2M1 value times 2^-14 in both cases
+// (subnormal included), so no table and no per-nibble branch.
+template <int K> __device__ __forceinline__ __half2 rt_e2m1x2_biased(uint32_t q) {
+  const uint32_t t = q << (12 - 4 * K);
+  const uint32_t h = (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
+  return *reinterpret_cast<const __half2 *>(&h); // (a __half2_raw built from the halves costs a PRMT and a shift)
+}
+
 template <int F>
-__device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const float *lut, float *w) {
+__device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float *w) {
   if (F == 1) {
     const uint32_t u[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
 #pragma unroll
@@ -138,12 +151,21 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const 
 #pragma unroll
     for (int i = 0; i < 8; i++) w[2 * i] = __uint_as_float(u[i] << 16), w[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
   } else {
+    // w = E2M1 * E4M3 block scale * 2^-14, exact: the product has at most 6
+    // significant bits and lies in [2^-24, 6 * 448 * 2^-14], all of which half
+    // holds (its lowest bit, 2^-24, is the half subnormal step), so one HMUL2
+    // per pair; rt_terms puts the 2^14 back into the term weight (a power of
+    // two: the block sums are the unscaled ones times 2^-14, bit for bit,
+    // while |w x| stays above float's subnormal range)
+    const __half2 s = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)sb, __NV_E4M3)));
     const uint32_t u[2] = {raw[0].x, raw[0].y};
-    float s = rt_e4m3(sb);
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const uint32_t b = u[i / 4] >> (8 * (i % 4));
-      w[2 * i] = lut[(b & 15) * 32] * s, w[2 * i + 1] = lut[((b >> 4) & 15) * 32] * s;
+    for (int i = 0; i < 2; i++) {
+      float2 f;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<0>(u[i]), s)), w[8 * i] = f.x, w[8 * i + 4] = f.y;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<1>(u[i]), s)), w[8 * i + 1] = f.x, w[8 * i + 5] = f.y;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<2>(u[i]), s)), w[8 * i + 2] = f.x, w[8 * i + 6] = f.y;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<3>(u[i]), s)), w[8 * i + 3] = f.x, w[8 * i + 7] = f.y;
     }
   }
 }
@@ -159,7 +181,7 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, const 
 // times the weight traffic and capped the FP8 head at about 1.5 TB/s.
 template <int F, int NB, int R, int U>
 __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const mv_term *tm, int nterm, int64_t r0,
-                                         int64_t rows, int64_t xs, int nb, const float *lut, int lane,
+                                         int64_t rows, int64_t xs, int nb, int lane,
                                          float (&acc)[R][NB]) {
   constexpr int UU = F == 0 ? (U / 2 >= R ? U / 2 : R) : U;
   static_assert(UU % R == 0, "a batch holds whole bands");
@@ -192,12 +214,12 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
           xv[j][4 * e4] = x.x, xv[j][4 * e4 + 1] = x.y, xv[j][4 * e4 + 2] = x.z, xv[j][4 * e4 + 3] = x.w;
         }
       }
-      const float wt = Wt[k];
+      const float wt = F == 2 ? Wt[k] * 16384.0f : Wt[k]; // NVFP4: rt_decode16's 2^-14 undone
 #pragma unroll
       for (int i = 0; i < R; i++) {
         if (r0 + i >= rows) continue;
         float w[16];
-        rt_decode16<F>(raw[v * R + i], sb[v * R + i], lut, w);
+        rt_decode16<F>(raw[v * R + i], sb[v * R + i], w);
 #pragma unroll
         for (int j = 0; j < NB; j++) {
           if (j >= nb) continue;
@@ -218,14 +240,12 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // count (and so the blocks per SM) of that format alone.
 template <int NB, int R, int U, int FMT>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
-  __shared__ float lut[16 * 32]; // E2M1 value of nibble c at [c * 32 + lane]: no bank conflicts
   __shared__ mv_task T;
   __shared__ dlin Ls[RT_TMAX];
   __shared__ float Wt[RT_TMAX];
   __shared__ unsigned long long bbest[8][NB];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   rt_trigger();
-  lut[tid] = rt_e2m1(tid >> 5), lut[tid + 256] = rt_e2m1((tid + 256) >> 5);
   { // the task, copied by all threads
     const int *src = reinterpret_cast<const int *>(tasks + blockIdx.y);
     int *dst = reinterpret_cast<int *>(&T);
@@ -253,12 +273,12 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = 0.0f;
     if constexpr (FMT != 3) {
-      rt_terms<FMT, NB, R, U>(Ls, Wt, T.t, nterm, r0, rows, T.xs, nb, lut + lane, lane, acc);
+      rt_terms<FMT, NB, R, U>(Ls, Wt, T.t, nterm, r0, rows, T.xs, nb, lane, acc);
     } else {
       for (int k = 0; k < nterm; k++) {
-        if (Ls[k].f == 1) rt_terms<1, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lut + lane, lane, acc);
-        else if (Ls[k].f == 0) rt_terms<0, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lut + lane, lane, acc);
-        else rt_terms<2, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lut + lane, lane, acc);
+        if (Ls[k].f == 1) rt_terms<1, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
+        else if (Ls[k].f == 0) rt_terms<0, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
+        else rt_terms<2, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
       }
     }
 #pragma unroll

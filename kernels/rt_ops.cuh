@@ -216,13 +216,17 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D) {
 // position of the token's sequence in it, written by k_kv) after. It norms
 // and ropes the query heads (a warp each) meanwhile; a thread then scores
 // one (head, row) pair, and one output column of every head.
-__global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, int D, int rot, const float2 *rcs,
+// GT, DT: G and D as compile-time constants (0: read from the arguments);
+// the constant instantiation has its loops unrolled and its per-head tests
+// and divisions folded away.
+template <int GT, int DT>
+__global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
                                               const int64_t *pos, const int *seq, int n_tok, int64_t max_pos,
                                               int window, const float *nq, float eps, const float *kc, const float *vc,
                                               int nsplit, float *po, float *pm, float *pl) {
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
-  const int G = Nq / Nkv, sp = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
+  const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, sp = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 4;
   float *qs = sm, *ks = qs + G * D, *vs = ks + RT_CS * DP, *ss = vs + RT_CS * DP;
   const int64_t p = pos[t], KV = (int64_t)Nkv * D; // pos and seq change between steps only

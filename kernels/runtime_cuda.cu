@@ -183,8 +183,9 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D) * 4 > 200 * 1024 || d->D > 512) /* attention's shared memory */
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "head_dim %lld x %lld query heads per KV head is too large",
                         (long long)d->D, (long long)(d->Nq / d->Nkv));
-  if (cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           (int)(rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D) * 4)) != cudaSuccess)
+  const int attn_smem = (int)(rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D) * 4);
+  if (cudaFuncSetAttribute(k_attn<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess ||
+      cudaFuncSetAttribute(k_attn<8, 256>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess)
     return mtpq_err_set(err, MTPQ_E_GPU, "cannot give the attention kernel its shared memory");
   if (d->H > 256 * RT_NQ)
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "hidden size %lld: the CUDA backend takes up to %d", (long long)d->H,
@@ -511,7 +512,7 @@ static void enqueue_step(gpu_session *g, int n) {
      (int)d->rot, (const float2 *)g->rcs, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos,
      (const float *)g->nrm[5], d->eps, g->kc, g->vc);
   mark(g, "k norm+rope, KV write");
-  go(g, true, k_attn, dim3(g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D) * 4, (const float *)g->qg, Nq,
+  go(g, true, G == 8 && D == 256 ? k_attn<8, 256> : k_attn<0, 0>, dim3(g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D) * 4, (const float *)g->qg, Nq,
      Nkv, D, (int)d->rot, (const float2 *)g->rcs, (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos,
      g->window, (const float *)g->nrm[4], d->eps, (const float *)g->kc, (const float *)g->vc, g->nsplit, g->po,
      g->pm, g->pl);

@@ -151,7 +151,10 @@ START_TEST(test_random_shapes) {
   /* hidden, experts, inter, heads, kv, head_dim, vocab, quantize */
   /* (gen_fixture routes top-10) */
   static const int sh[][8] = {{256, 16, 64, 4, 2, 64, 1000, 1}, {320, 16, 48, 8, 1, 32, 777, 1},
-                              {1024, 12, 96, 16, 2, 128, 3000, 1}, {200, 12, 40, 2, 2, 24, 500, 0}};
+                              {1024, 12, 96, 16, 2, 128, 3000, 1}, {200, 12, 40, 2, 2, 24, 500, 0},
+                              /* 8 query heads per KV head at head_dim 256: the 80B attention shape, which
+                                 the CUDA backend runs through its own k_attn instantiation */
+                              {512, 16, 64, 16, 2, 256, 2000, 1}};
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
     char dir[700], cmd[1600];
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
