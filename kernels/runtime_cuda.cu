@@ -458,6 +458,17 @@ static int64_t mv_blocks(const mv_launch &m, int R) {
   return b;
 }
 
+// A dense FP8/BF16 launch at 2..8 tokens too large for one wave even at 8
+// rows per warp (the head): 8 rows per warp, so each band of x loaded
+// serves 8 rows. At 2 rows per warp (the wave rule's choice) the 2-token
+// head loaded 4 bytes of x through L1 per byte of FP8 weights, and took
+// 144.7 us against 57.5 at one token (ncu, tests/bench/RESULTS.md).
+template <int NB> static void mv_big(gpu_session *g, const mv_launch &m) {
+  // rows per warp, FP8 and BF16: the most ptxas fits without spilling (BF16 at 8 tokens: 40 bytes)
+  constexpr int R1 = NB <= 4 ? 8 : 4, R0 = NB == 4 ? 8 : 4;
+  m.fmt == 1 ? mv_run<NB, R1, 8, 1>(g, m) : mv_run<NB, R0, 8, 0>(g, m);
+}
+
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
   const int NB = m.nbmax <= 1 ? 1 : m.nbmax <= 2 ? 2 : m.nbmax <= 4 ? 4 : 8;
@@ -473,6 +484,10 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   // 4K batch 1, tests/bench/RESULTS.md); beyond that the grid is persistent
   // and each warp loops over row sets
   const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1);
+  if (NB > 1 && (m.fmt == 0 || m.fmt == 1) && mv_blocks(m, 8) > wave) {
+    NB == 2 ? mv_big<2>(g, m) : NB == 4 ? mv_big<4>(g, m) : mv_big<8>(g, m);
+    return;
+  }
   switch (NB) {
   case 1: {
     int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : 8;
