@@ -156,7 +156,8 @@ START_TEST(test_random_shapes) {
                                  the CUDA backend runs through its own k_attn instantiation */
                               {512, 16, 64, 16, 2, 256, 2000, 1},
                               /* a head too large for one wave at 8 rows per warp, BF16 (60,000 rows) and
-                                 FP8 (the reduced 20,000): the large-launch path at 2..8 tokens */
+                                 FP8 (the reduced 20,000): the large-launch path of 2..8 tokens, which
+                                 the batched drafts (3 sequences) run at 4 */
                               {64, 16, 32, 4, 2, 16, 60000, 1}};
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
     char dir[700], cmd[1600];

@@ -24,10 +24,10 @@ dev_row() {
   printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-6)}')"
 }
 
-# BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K batch 1 (NCU_BATCH=N: N) under
-# ncu, kernel by kernel (serialised: each kernel's duration alone; call 50:
-# the stock row makes 45 calls at --iters 40); the second step's kernels and
-# their sum in $OUT/ncu-LABEL-summary.txt
+# BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K, batch 1 (or
+# NCU_BATCH), under ncu, kernel by kernel (serialised: each kernel's duration
+# alone; call 50: the stock row makes 45 calls at --iters 40); the second
+# step's kernels and their sum in $OUT/ncu-LABEL-summary.txt
 dev_ncu() {
   local b=$1 label=$2
   timeout 120 ncu --clock-control none --cache-control none --profile-from-start off --csv --page raw \
