@@ -4,9 +4,10 @@
 // copied to shared memory asynchronously; flash-decoding partials, then a
 // combine that applies the output gate), routing (softmax + top-k, a warp
 // per 512 experts of a token), SwiGLU, the residual + final norm, and the
-// feedback of the argmax into the next step. Every kernel takes the tokens of one launch
-// (blockIdx over tokens) and reads positions, sequences and token ids from
-// device memory, so a CUDA graph of the step does not depend on them.
+// feedback of the argmax into the next step. Every kernel takes the tokens
+// of one launch (blockIdx over tokens) and reads positions, sequences and
+// token ids from device memory, so a CUDA graph of the step does not depend
+// on them.
 #pragma once
 #include "kernels/rt_mv.cuh"
 extern "C" {
@@ -392,10 +393,10 @@ __host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
 // chain of shared-memory scans it replaces took 8.8 (caching each thread's
 // maximum for the owner of the winner to recompute measured 8.7-8.8;
 // tests/bench/RESULTS.md). The chosen probability comes back out of the key
-// (p >= 0). Every block of a
-// token routes it and prefetches its share of the chosen experts' gate, up
-// and down weights into L2 when asked; block 0 writes the choice. tab + ex:
-// the gate weights of the E experts, then up, then down.
+// (p >= 0). Every block of a token routes it and prefetches its share of the
+// chosen experts' gate, up and down weights into L2 when asked; block 0
+// writes the choice. tab + ex: the gate weights of the E experts, then up,
+// then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
                         float *wsel, const dlin *tab, int ex, int prefetch) {
   __shared__ int chosen[RT_TMAX];
