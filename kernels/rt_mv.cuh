@@ -198,6 +198,10 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
       for (int i = 0; i < R; i++)
         if (gi < ng && r0 + i < rows && c0 < cols) rt_load16<F>(Ls[k], r0 + i, c0, raw[v * R + i], &sb[v * R + i]);
     }
+    // the weights are constant: a dense task's first batch is requested
+    // before waiting for the kernel before (x comes from it); a no-op wait
+    // once waited (and routed tasks waited in k_mv already)
+    if (g0 == 0) rt_wait();
 #pragma unroll
     for (int v = 0; v < UU / R; v++) {
       const int gi = g0 + v, k = gi / lb;
@@ -251,8 +255,13 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
     int *dst = reinterpret_cast<int *>(&T);
     for (int i = tid; i < (int)(sizeof(mv_task) / 4); i += 256) dst[i] = src[i];
   }
-  rt_wait(); // sel, the routing weights and x come from the kernels before
   __syncthreads();
+  // a routed term's weights depend on sel and its weight on the routing, so
+  // such tasks wait here; a dense task's table entry and scale are the
+  // plan's, and rt_terms requests its first weights before it waits
+  bool dep = false;
+  for (int k = 0; k < T.nterm; k++) dep = dep || T.t[k].sel_k >= 0 || T.t[k].w != nullptr;
+  if (dep) rt_wait();
   if (tid < T.nterm) {
     const mv_term &m = T.t[tid];
     int li = m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0);
@@ -304,6 +313,7 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
       }
     }
   }
+  rt_wait(); // (warps without rows have not waited) nothing below runs before the kernel before is done
   if (T.best) {
     if (lane == 0)
 #pragma unroll

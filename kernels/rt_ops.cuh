@@ -51,10 +51,21 @@ __device__ float rt_block_max(float v) { // blockDim.x == 256
 
 #define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
 
-// y = v / rms(v) * (1 + w) for the block's n values, thread tid holding
-// v[q] = value tid + 256 q: the values were loaded all at once (one memory
-// latency, not one per element)
-__device__ void rt_zcnorm_regs(const float (&v)[RT_NQ], const float *w, int n, float eps, float *y) {
+// w1[q] = 1 + w[tid + 256 q]: a norm's weights, constant, so its kernel
+// loads them before waiting for the kernel before (one memory latency less
+// after the wait; the same 1 + w as computed after it before)
+__device__ __forceinline__ void rt_norm_w(const float *w, int n, float (&w1)[RT_NQ]) {
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
+    w1[q] = i < n ? 1.0f + w[i] : 0.0f;
+  }
+}
+
+// y = v / rms(v) * w1 (w1 from rt_norm_w) for the block's n values, thread
+// tid holding v[q] = value tid + 256 q: the values were loaded all at once
+// (one memory latency, not one per element)
+__device__ void rt_zcnorm_regs(const float (&v)[RT_NQ], const float (&w1)[RT_NQ], int n, float eps, float *y) {
   float ss = 0;
 #pragma unroll
   for (int q = 0; q < RT_NQ; q++) ss += v[q] * v[q];
@@ -62,19 +73,19 @@ __device__ void rt_zcnorm_regs(const float (&v)[RT_NQ], const float *w, int n, f
 #pragma unroll
   for (int q = 0; q < RT_NQ; q++) {
     const int i = threadIdx.x + 256 * q;
-    if (i < n) y[i] = v[q] * r * (1.0f + w[i]);
+    if (i < n) y[i] = v[q] * r * w1[q];
   }
 }
 
-// y = x / rms(x) * (1 + w), one block of 256 (y may be x)
-__device__ void rt_zcnorm(const float *x, const float *w, int n, float eps, float *y) {
+// y = x / rms(x) * w1, one block of 256 (y may be x)
+__device__ void rt_zcnorm(const float *x, const float (&w1)[RT_NQ], int n, float eps, float *y) {
   float v[RT_NQ];
 #pragma unroll
   for (int q = 0; q < RT_NQ; q++) {
     const int i = threadIdx.x + 256 * q;
     v[q] = i < n ? x[i] : 0.0f;
   }
-  rt_zcnorm_regs(v, w, n, eps, y);
+  rt_zcnorm_regs(v, w1, n, eps, y);
 }
 
 // A region of device memory to prefetch into L2 (k_prep).
@@ -112,6 +123,8 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
   rt_trigger();
   const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
   rt_prefetch_regions(reg, nreg, gt, stride);
+  float w1[RT_NQ]; // this block's norm weights (block y 0: the embedding's, 1: the hidden state's)
+  rt_norm_w(blockIdx.y ? nh : ne, blockIdx.x < n ? H : 0, w1);
   rt_wait(); // tok, pos and hid may come from the previous step's last kernel
   if (kv_budget > 0) {
     pf_region kv[2 * RT_NMAX];
@@ -130,7 +143,7 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
   const int t = blockIdx.x;
   if (t >= n) return;
   if (blockIdx.y == 1) { // the two norms in two blocks: neither waits for the other
-    rt_zcnorm(hid + (int64_t)t * H, nh, H, eps, c + (int64_t)t * 2 * H + H);
+    rt_zcnorm(hid + (int64_t)t * H, w1, H, eps, c + (int64_t)t * 2 * H + H);
     return;
   }
   const uint16_t *e = reinterpret_cast<const uint16_t *>(embed) + (int64_t)tok[t] * H;
@@ -140,14 +153,16 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
     const int i = threadIdx.x + 256 * q;
     v[q] = i < H ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
   }
-  rt_zcnorm_regs(v, ne, H, eps, c + (int64_t)t * 2 * H);
+  rt_zcnorm_regs(v, w1, H, eps, c + (int64_t)t * 2 * H);
   if (threadIdx.x == 0) best[t] = 0;
 }
 
 __global__ void k_norm(const float *x, const float *w, int n, float eps, float *y) {
   rt_trigger();
+  float w1[RT_NQ];
+  rt_norm_w(w, n, w1);
   rt_wait();
-  rt_zcnorm(x + (int64_t)blockIdx.x * n, w, n, eps, y + (int64_t)blockIdx.x * n);
+  rt_zcnorm(x + (int64_t)blockIdx.x * n, w1, n, eps, y + (int64_t)blockIdx.x * n);
 }
 
 #define RT_CS 32 // cached positions per attention block
@@ -316,7 +331,10 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
 }
 
 // grid (Nq, tokens, ceil(D / 32)), 256 threads, nsplit floats of shared
-// memory: combine the splits of one head for 32 of its output columns (each
+// memory (up to 256 splits, the first branch: each thread's split maximum and
+// sum and a warp's 32 partial outputs per lane are loaded before the
+// reductions, one round trip instead of three, the same sums in the same
+// order): combine the splits of one head for 32 of its output columns (each
 // split's max and sum loaded once per block, by a thread each; then warp w
 // sums splits w, w + 8, ... for the lane's column), normalise, apply
 // sigmoid(gate). The sums run in the order of the one-block-per-head kernel
@@ -336,6 +354,33 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
   const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
+  if (ns <= 256) { // (up to 8K positions) every load issued at once, then the same sums in the same order
+    const float *src = po + base * D + c;
+    float pv[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
+    const float pmv = tid < ns ? pm[base + tid] : -INFINITY, plv = tid < ns ? pl[base + tid] : 0.0f;
+    const float M = rt_block_max(pmv);
+    float l = 0.0f;
+    if (tid < ns) {
+      const float w = expf(pmv - M);
+      wsp[tid] = w, l += plv * w;
+    }
+    const float L = rt_block_sum(l); // (its barriers publish wsp)
+    float o = 0.0f;
+    if (c < D)
+#pragma unroll
+      for (int i = 0; i < 32; i++)
+        if (warp + 8 * i < ns) o = fmaf(pv[i], wsp[warp + 8 * i], o);
+    red[warp][lane] = o;
+    __syncthreads();
+    if (warp == 0 && c < D) {
+      float v = 0;
+      for (int w = 0; w < 8; w++) v += red[w][lane];
+      att[((int64_t)t * Nq + h) * D + c] = v / L * (1.0f / (1.0f + expf(-gv)));
+    }
+    return;
+  }
   float m = -INFINITY;
 #pragma unroll 4
   for (int s = tid; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
@@ -365,6 +410,8 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
 // y += x0; y2 = norm(y)
 __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, float eps, float *y2) {
   rt_trigger();
+  float w1[RT_NQ];
+  rt_norm_w(w, n, w1);
   rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
   float v[RT_NQ];
@@ -374,7 +421,7 @@ __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, flo
     v[q] = i < n ? y[o + i] + x0[o + i] : 0.0f;
     if (i < n) y[o + i] = v[q];
   }
-  rt_zcnorm_regs(v, w, n, eps, y2 + o);
+  rt_zcnorm_regs(v, w1, n, eps, y2 + o);
 }
 
 // bytes of a matrix's weights (NVFP4: without its block scales)
@@ -491,6 +538,8 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int n, int 
 __global__ void k_final(const float *m, const float *m2, const float *r2, const float *w2, const float *w, int n,
                         float eps, float *out) {
   rt_trigger();
+  float w1[RT_NQ];
+  rt_norm_w(w, n, w1);
   rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
   const float sw = w2 ? w2[blockIdx.x * RT_KST] : 1.0f;
@@ -500,7 +549,7 @@ __global__ void k_final(const float *m, const float *m2, const float *r2, const 
     const int i = threadIdx.x + 256 * q;
     v[q] = i < n ? m[o + i] + sw * m2[o + i] + r2[o + i] : 0.0f;
   }
-  rt_zcnorm_regs(v, w, n, eps, out + o);
+  rt_zcnorm_regs(v, w1, n, eps, out + o);
 }
 
 // after the head: token ids for the next draft step, positions + 1, the
