@@ -331,10 +331,7 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
 }
 
 // grid (Nq, tokens, ceil(D / 32)), 256 threads, nsplit floats of shared
-// memory (up to 256 splits, the first branch: each thread's split maximum and
-// sum and a warp's 32 partial outputs per lane are loaded before the
-// reductions, one round trip instead of three, the same sums in the same
-// order): combine the splits of one head for 32 of its output columns (each
+// memory: combine the splits of one head for 32 of its output columns (each
 // split's max and sum loaded once per block, by a thread each; then warp w
 // sums splits w, w + 8, ... for the lane's column), normalise, apply
 // sigmoid(gate). The sums run in the order of the one-block-per-head kernel
@@ -354,47 +351,40 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
   const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
-  if (ns <= 256) { // (up to 8K positions) every load issued at once, then the same sums in the same order
-    const float *src = po + base * D + c;
-    float pv[32];
+  // up to 256 splits (8K positions) every load is issued at once before the
+  // reductions; beyond, strided loops. Each thread then holds at most one
+  // split, so both paths make the same sums in the same order.
+  const bool pre = ns <= 256;
+  const float *src = po + base * D + c;
+  float pv[32], pmv = -INFINITY, plv = 0.0f;
+  if (pre) {
 #pragma unroll
     for (int i = 0; i < 32; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
-    const float pmv = tid < ns ? pm[base + tid] : -INFINITY, plv = tid < ns ? pl[base + tid] : 0.0f;
-    const float M = rt_block_max(pmv);
-    float l = 0.0f;
-    if (tid < ns) {
-      const float w = expf(pmv - M);
-      wsp[tid] = w, l += plv * w;
-    }
-    const float L = rt_block_sum(l); // (its barriers publish wsp)
-    float o = 0.0f;
-    if (c < D)
-#pragma unroll
-      for (int i = 0; i < 32; i++)
-        if (warp + 8 * i < ns) o = fmaf(pv[i], wsp[warp + 8 * i], o);
-    red[warp][lane] = o;
-    __syncthreads();
-    if (warp == 0 && c < D) {
-      float v = 0;
-      for (int w = 0; w < 8; w++) v += red[w][lane];
-      att[((int64_t)t * Nq + h) * D + c] = v / L * (1.0f / (1.0f + expf(-gv)));
-    }
-    return;
+    if (tid < ns) pmv = pm[base + tid], plv = pl[base + tid];
   }
-  float m = -INFINITY;
+  float m = pmv;
+  if (!pre)
 #pragma unroll 4
-  for (int s = tid; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
+    for (int s = tid; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
   const float M = rt_block_max(m);
   float l = 0.0f;
+  if (pre && tid < ns) {
+    const float w = expf(pmv - M);
+    wsp[tid] = w, l += plv * w;
+  } else if (!pre) {
 #pragma unroll 4
-  for (int s = tid; s < ns; s += 256) {
-    const float w = expf(pm[base + s] - M);
-    wsp[s] = w, l += pl[base + s] * w;
+    for (int s = tid; s < ns; s += 256) {
+      const float w = expf(pm[base + s] - M);
+      wsp[s] = w, l += pl[base + s] * w;
+    }
   }
   const float L = rt_block_sum(l); // (its barriers publish wsp)
   float o = 0.0f;
-  if (c < D) {
-    const float *src = po + base * D + c;
+  if (c < D && pre) {
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+      if (warp + 8 * i < ns) o = fmaf(pv[i], wsp[warp + 8 * i], o);
+  } else if (c < D) {
 #pragma unroll 16
     for (int s = warp; s < ns; s += 8) o = fmaf(src[(int64_t)s * D], wsp[s], o);
   }
