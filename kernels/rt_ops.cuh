@@ -167,10 +167,27 @@ __global__ void k_norm(const float *x, const float *w, int n, float eps, float *
 
 #define RT_CS 32 // cached positions per attention block
 
+// A head norm's constants for one lane: its weights (columns lane + 32 q)
+// and the RoPE cosine and sine of its rotated pairs (lane + 32 q) at one
+// position. Positions change between steps only, so kernels load these
+// before waiting for the kernel before (one memory latency less after it).
+struct rt_head_consts {
+  float w[16];
+  float2 cs[8];
+};
+
+__device__ __forceinline__ void rt_head_load(const float *w, int D, int rot, const float2 *cs, rt_head_consts &k) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int q = 0; q < 16; q++) k.w[q] = lane + 32 * q < D ? w[lane + 32 * q] : 0.0f;
+#pragma unroll
+  for (int q = 0; q < 8; q++) k.cs[q] = lane + 32 * q < rot / 2 ? cs[lane + 32 * q] : make_float2(0.0f, 0.0f);
+}
+
 // zero-centred RMSNorm of one head (D <= 512 values at src) by one warp into
-// dst (shared), then RoPE of its first rot dims at table row cs
-__device__ void rt_head_norm_rope(const float *src, const float *w, int D, float eps, int rot, const float2 *cs,
-                                  float *dst) {
+// dst (shared), then RoPE of its first rot dims (k: rt_head_load's, for the
+// same D and rot)
+__device__ void rt_head_norm_rope(const float *src, const rt_head_consts &k, int D, float eps, int rot, float *dst) {
   const int lane = threadIdx.x & 31;
   float v[16], sq = 0.0f;
 #pragma unroll
@@ -183,10 +200,12 @@ __device__ void rt_head_norm_rope(const float *src, const float *w, int D, float
 #pragma unroll
   for (int q = 0; q < 16; q++) {
     const int j = lane + 32 * q;
-    if (j < D) dst[j] = v[q] * r * (1.0f + w[j]);
+    if (j < D) dst[j] = v[q] * r * (1.0f + k.w[q]);
   }
   __syncwarp();
-  for (int j = lane; j < rot / 2; j += 32) mtpq_rope_apply(dst, j, rot / 2, cs[j].x, cs[j].y);
+#pragma unroll
+  for (int q = 0; q < 8; q++)
+    if (lane + 32 * q < rot / 2) mtpq_rope_apply(dst, lane + 32 * q, rot / 2, k.cs[q].x, k.cs[q].y);
   __syncwarp();
 }
 
@@ -198,11 +217,13 @@ __global__ void k_kv(const float *kk, const float *vv, int Nkv, int D, int rot, 
                      const int *seq, int64_t max_pos, const float *nk, float eps, float *kc, float *vc) {
   extern __shared__ float buf[];
   rt_trigger();
-  rt_wait();
   const int h = blockIdx.x, t = blockIdx.y;
-  const int64_t KV = (int64_t)Nkv * D, p = pos[t];
-  rt_head_norm_rope(kk + t * KV + (int64_t)h * D, nk, D, eps, rot, rcs + p * (rot / 2), buf);
+  const int64_t KV = (int64_t)Nkv * D, p = pos[t]; // (positions change between steps only)
   const int64_t off = ((int64_t)seq[t] * max_pos + p) * KV + (int64_t)h * D;
+  rt_head_consts k;
+  rt_head_load(nk, D, rot, rcs + p * (rot / 2), k);
+  rt_wait();
+  rt_head_norm_rope(kk + t * KV + (int64_t)h * D, k, D, eps, rot, buf);
   for (int j = threadIdx.x; j < D; j += 32) kc[off + j] = buf[j], vc[off + j] = vv[t * KV + (int64_t)h * D + j];
 }
 
@@ -262,6 +283,8 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
   // c % d4), stepped by 256 chunks = cq rows and cr columns (no division in
   // the loop)
   const int nf = fresh <= p0 ? 0 : fresh - p0 >= n ? n : (int)(fresh - p0);
+  rt_head_consts hk; // the query heads' norm weights and RoPE table row, before the wait
+  if (warp < G) rt_head_load(nq, D, rot, rcs + p * (rot / 2), hk);
   const int cq = 256 / d4, cr = 256 - cq * d4;
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) rt_wait(); // q, k, v of this step
@@ -275,8 +298,7 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
     }
   }
   for (int h = warp; h < G; h += 8)
-    rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, nq, D, eps, rot,
-                      rcs + p * (rot / 2), qs + h * D);
+    rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, hk, D, eps, rot, qs + h * D);
   rt_cp_wait();
   __syncthreads();
   const float scale = rsqrtf((float)D);
@@ -343,11 +365,11 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   extern __shared__ float wsp[]; // a weight per split
   __shared__ float red[8][32];
   rt_trigger();
-  rt_wait();
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c = blockIdx.z * 32 + lane;
+  const int64_t p = pos[t]; // (positions change between steps only: read before the wait)
+  rt_wait();
   const float gv = warp == 0 && c < D ? qg[(int64_t)t * 2 * Nq * D + (int64_t)h * 2 * D + D + c] : 0.0f;
-  const int64_t p = pos[t];
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
   const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
