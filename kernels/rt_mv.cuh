@@ -108,20 +108,22 @@ __device__ __forceinline__ float2 rt_e4m3x2(uint16_t two) {
   return __half22float2(__half2(h));
 }
 
-// 16 weights of row r from column c0 (c0 % 16 == 0), as floats; returns the
-// NVFP4 block scale (1 for the other formats: their per-tensor scale is in the term weight)
+// The lane's 16 weights at w (16-byte aligned; NVFP4: 8 bytes, and its
+// block scale at sc), raw, streamed once (evict-first). The caller computes
+// w and sc from offsets fixed per row set (the terms of a task share one
+// shape), so a load costs an add, not a 64-bit multiply and divisions.
 template <int F>
-__device__ __forceinline__ void rt_load16(const dlin &L, int64_t r, int64_t c0, uint4 *raw, uint8_t *sb) {
+__device__ __forceinline__ void rt_load16(const uint8_t *w, const uint8_t *sc, uint4 *raw, uint8_t *sb) {
   if (F == 1) { // FP8
-    raw[0] = __ldcs(reinterpret_cast<const uint4 *>(L.w + r * L.cols + c0));
+    raw[0] = __ldcs(reinterpret_cast<const uint4 *>(w));
   } else if (F == 0) { // BF16
-    const uint4 *p = reinterpret_cast<const uint4 *>(L.w + (r * L.cols + c0) * 2);
+    const uint4 *p = reinterpret_cast<const uint4 *>(w);
     raw[0] = __ldcs(p);
     raw[1] = __ldcs(p + 1);
   } else { // NVFP4
-    uint2 v = __ldcs(reinterpret_cast<const uint2 *>(L.w + (r * L.cols + c0) / 2));
+    uint2 v = __ldcs(reinterpret_cast<const uint2 *>(w));
     raw[0] = make_uint4(v.x, v.y, 0, 0);
-    *sb = L.sc[r * (L.cols / 16) + c0 / 16];
+    *sb = __ldcs(sc);
   }
 }
 
@@ -185,18 +187,38 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
                                          float (&acc)[R][NB]) {
   constexpr int UU = F == 0 ? (U / 2 >= R ? U / 2 : R) : U;
   static_assert(UU % R == 0, "a batch holds whole bands");
-  const int64_t cols = Ls[0].cols;
-  const int lb = (int)((cols + 511) / 512), ng = nterm * lb; // (term, band) groups of R chunks
+  constexpr int B2 = F == 0 ? 4 : F == 1 ? 2 : 1; // bytes per weight, times 2
+  const int cols = (int)Ls[0].cols;
+  const int lb = (cols + 511) / 512, ng = nterm * lb; // (term, band) groups of R chunks
+  // byte offsets of the lane's first chunk in each row (weights, NVFP4
+  // block scales; a matrix is under 4 GiB: the session checks), computed
+  // once per row set; bit i of rok: row r0 + i exists
+  uint32_t wo[R], so[R], rok = 0;
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    const bool ok = r0 + i < rows;
+    const uint32_t r = (uint32_t)(ok ? r0 + i : r0);
+    rok |= (uint32_t)ok << i;
+    wo[i] = r * (uint32_t)cols * B2 / 2 + lane * 8 * B2, so[i] = r * (uint32_t)(cols / 16) + lane;
+  }
+  int k0 = 0, b0 = 0; // the batch's first (term, band)
   for (int g0 = 0; g0 < ng; g0 += UU / R) {
     uint4 raw[UU][F == 0 ? 2 : 1];
     uint8_t sb[UU];
+    int kv[UU / R], bv[UU / R]; // each group's term and band
+    {
+      int k = k0, b = b0;
 #pragma unroll
-    for (int v = 0; v < UU / R; v++) {
-      const int gi = g0 + v, k = gi / lb;
-      const int64_t c0 = (int64_t)(gi - k * lb) * 512 + lane * 16;
+      for (int v = 0; v < UU / R; v++) {
+        kv[v] = k < nterm ? k : nterm - 1, bv[v] = b;
+        const bool ok = g0 + v < ng && b * 512 + lane * 16 < cols;
+        const uint8_t *w = Ls[kv[v]].w + (uint64_t)b * 256 * B2, *sc = F == 2 ? Ls[kv[v]].sc + b * 32 : nullptr;
 #pragma unroll
-      for (int i = 0; i < R; i++)
-        if (gi < ng && r0 + i < rows && c0 < cols) rt_load16<F>(Ls[k], r0 + i, c0, raw[v * R + i], &sb[v * R + i]);
+        for (int i = 0; i < R; i++)
+          if (ok && (rok >> i & 1)) rt_load16<F>(w + wo[i], sc + so[i], raw[v * R + i], &sb[v * R + i]);
+        if (++b == lb) b = 0, ++k;
+      }
+      k0 = k, b0 = b;
     }
     // the weights are constant: a dense task's first batch is requested
     // before waiting for the kernel before (x comes from it); a no-op wait
@@ -204,9 +226,8 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
     if (g0 == 0) rt_wait();
 #pragma unroll
     for (int v = 0; v < UU / R; v++) {
-      const int gi = g0 + v, k = gi / lb;
-      const int64_t c0 = (int64_t)(gi - k * lb) * 512 + lane * 16;
-      if (!(gi < ng && c0 < cols)) continue;
+      const int k = kv[v], c0 = bv[v] * 512 + lane * 16;
+      if (!(g0 + v < ng && c0 < cols)) continue;
       float xv[NB][16];
 #pragma unroll
       for (int j = 0; j < NB; j++) {
@@ -221,7 +242,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
       const float wt = F == 2 ? Wt[k] * 16384.0f : Wt[k]; // NVFP4: rt_decode16's 2^-14 undone
 #pragma unroll
       for (int i = 0; i < R; i++) {
-        if (r0 + i >= rows) continue;
+        if (!(rok >> i & 1)) continue;
         float w[16];
         rt_decode16<F>(raw[v * R + i], sb[v * R + i], w);
 #pragma unroll

@@ -61,6 +61,7 @@ struct gpu_session {
   int64_t max_pos;
   int window, nseq, cur, nsplit, K, fast, graphs;
   int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
+  int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
   int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
@@ -210,6 +211,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // loads per lane keep the down projection out of spills (18.3 -> 13.9 us):
   // 186.7-189.4 -> 178.7 us a step at 4K batch 1 on the H200, same build
   // (tests/bench/RESULTS.md)
+  g->r5 = env_on("MTPQ_CUDA_R5");
   g->fp4r = env_int("MTPQ_CUDA_FP4R", 4);
   g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
@@ -241,9 +243,11 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
     if (!st) st = upload_lin(g, &d->eu[e], &h[L_EXPERTS + E + e], err);
     if (!st) st = upload_lin(g, &d->ed[e], &h[L_EXPERTS + 2 * E + e], err);
   }
-  g->fast = 1; // the vectorised kernels need every row to be a whole number of 16-element chunks
+  g->fast = 1; // the vectorised kernels need every row to be a whole number of 16-element chunks, and
+               // offsets within a matrix (weights, block scales) that fit 32 bits
   for (const dlin &L : h)
-    if (L.w && L.cols % 16) g->fast = 0;
+    if (L.w && (L.cols % 16 || rt_lin_bytes(L) >= ((int64_t)1 << 32) || L.rows * L.cols / 16 >= ((int64_t)1 << 32)))
+      g->fast = 0;
   if (!st) st = dalloc(g, &g->lins, h.size() * sizeof(dlin), err);
   if (!st && cudaMemcpy(g->lins, h.data(), h.size() * sizeof(dlin), cudaMemcpyHostToDevice) != cudaSuccess)
     st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the weight table failed");
@@ -439,12 +443,13 @@ template <int NB, int R, int U, int F> static void mv_run(gpu_session *g, const 
 // chunks are 8 bytes, FP8 16, BF16 32 in two loads), less from 2 tokens on
 // (their registers go to the activations; more spills)
 template <int NB, int R> static void mv_go(gpu_session *g, const mv_launch &m) {
-  constexpr int U = NB >= 4 ? 4 : 8;
+  constexpr int U = R == 5 ? 10 : NB >= 4 ? 4 : 8; // (5 rows: two bands of 5 chunks a batch)
   switch (m.fmt) {
   case 0: mv_run<NB, R, U, 0>(g, m); break;
   case 1: mv_run<NB, R, U, 1>(g, m); break;
   case 2:
-    if constexpr (NB == 1) g->fp4u == 8 ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
+    if constexpr (NB == 1 && R == 5) mv_run<1, 5, 10, 2>(g, m);
+    else if constexpr (NB == 1) g->fp4u == 8 ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
     else mv_run<NB, R, 8, 2>(g, m);
     break;
   default: mv_run<NB, R, U, 3>(g, m); break;
@@ -479,10 +484,14 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
     return;
   }
   // the fewest rows per warp (a warp's loads all in flight at once) that
-  // still fit the launch in one wave of resident blocks (allowing a quarter
-  // over, as before, left q/k/v a short second wave: 3.7 us slower a step at
-  // 4K batch 1, tests/bench/RESULTS.md); beyond that the grid is persistent
-  // and each warp loops over row sets
+  // still fit the launch in one wave of resident blocks; beyond that the
+  // grid is persistent and each warp loops over row sets. Allowing a
+  // quarter over the wave left q/k/v a short second wave (3.7 us slower a
+  // step at 4K batch 1); at one token 5 rows per warp put the 80B shape's
+  // q/k/v (9,216 rows) and routed gate/up (20 x 512) in one wave where 4
+  // left a second (under ncu, with rt_terms' addressing: 12.0 -> 11.5 and
+  // 17.4 -> 11.5 us, though the step as a graph did not move;
+  // tests/bench/RESULTS.md)
   const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1);
   if (NB > 1 && (m.fmt == 0 || m.fmt == 1) && mv_blocks(m, 8) > wave) {
     NB == 2 ? mv_big<2>(g, m) : NB == 4 ? mv_big<4>(g, m) : mv_big<8>(g, m);
@@ -490,9 +499,10 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   }
   switch (NB) {
   case 1: {
-    int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : 8;
-    if (m.fmt == 2 && (g->fp4r == 1 || g->fp4r == 4) && g->fp4r < r) r = g->fp4r; // MTPQ_CUDA_FP4R: at most that
-    r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : mv_go<1, 8>(g, m);
+    int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : g->r5 && mv_blocks(m, 5) <= wave ? 5 : 8;
+    if (m.fmt == 2 && (g->fp4r == 1 || g->fp4r == 4) && g->fp4r < r && !(r == 5 && g->fp4r == 4))
+      r = g->fp4r; // MTPQ_CUDA_FP4R: at most that
+    r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
     break;
   }
   case 2: mv_blocks(m, 1) <= wave ? mv_go<2, 1>(g, m) : mv_go<2, 2>(g, m); break;

@@ -158,7 +158,10 @@ START_TEST(test_random_shapes) {
                               /* a head too large for one wave at 8 rows per warp, BF16 (60,000 rows) and
                                  FP8 (the reduced 20,000): the large-launch path of 2..8 tokens, which
                                  the batched drafts (3 sequences) run at 4 */
-                              {64, 16, 32, 4, 2, 16, 60000, 1}};
+                              {64, 16, 32, 4, 2, 16, 60000, 1},
+                              /* at one token on 132 SMs, 5 rows per warp (one wave, where 4 is over it):
+                                 the routed gate/up (20 tasks of 480 rows) and the 9,000-row BF16 head */
+                              {64, 16, 480, 4, 2, 16, 9000, 1}};
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
     char dir[700], cmd[1600];
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
