@@ -61,6 +61,7 @@ struct gpu_session {
   int64_t max_pos;
   int window, nseq, cur, nsplit, K, fast, graphs;
   int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
+  int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
@@ -212,6 +213,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // 186.7-189.4 -> 178.7 us a step at 4K batch 1 on the H200, same build
   // (tests/bench/RESULTS.md)
   g->r5 = env_on("MTPQ_CUDA_R5");
+  g->side = env_on("MTPQ_CUDA_SIDE");
   g->fp4r = env_int("MTPQ_CUDA_FP4R", 4);
   g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
@@ -554,7 +556,7 @@ static void enqueue_step(gpu_session *g, int n) {
   const int S = g->K + 1;
   // the shared expert (gate/up, SwiGLU, down into m2) on a second stream
   // beside the router, routing and routed experts: it needs y2 only
-  const bool side = d->moe && d->sg.w && !g->prof;
+  const bool side = d->moe && d->sg.w && !g->prof && g->side;
   if (side) {
     cudaEventRecord(g->fork, g->st);
     cudaStreamWaitEvent(g->st2, g->fork, 0);
