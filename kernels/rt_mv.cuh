@@ -45,33 +45,12 @@ struct mv_term {
   const float *w;   // device scalar weighting the term (routing weight), or NULL
 };
 
-// Work the last block of a k_mv launch does once every block's results are
-// written, a kernel fewer in the step's chain: the routing after the router
-// (kind 1: softmax + top-k of logits, z the shared expert's gate) or the
-// next step's feedback after a draft chain's head (kind 2). cnt counts the
-// blocks done; the last resets it. Defined in kernels/rt_ops.cuh.
-struct mv_tail {
-  int kind;
-  unsigned *cnt;
-  const float *logits, *z;
-  int E, K, renorm, have_shared;
-  int *sel;
-  float *wsel;
-  const unsigned long long *best;
-  const int64_t *ids;
-  int *tok, *rec, *step;
-  int64_t *pos;
-};
-
-__device__ __noinline__ void rt_tail(const mv_tail *tl, int n);
-
 struct mv_task {
   int nterm, nb, tok;
   int64_t xs, ys;
   float *y;                   // y[j * ys + r]; NULL with best
   unsigned long long *best;   // argmax keys per token (the head), or NULL
   float *logits;              // with best: the logits too, or NULL
-  const mv_tail *tail;        // the launch's last block does this (device memory), or NULL
   mv_term t[RT_TMAX];
 };
 
@@ -367,7 +346,6 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
       if (m) atomicMax(T.best + tid, m);
     }
   }
-  if (T.tail) rt_tail(T.tail, T.nb);
 }
 
 // Any shape (cols % 16 != 0 somewhere): warp per row, one element per lane

@@ -455,22 +455,23 @@ __host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
 // (p >= 0). Every block of a token routes it and prefetches its share of the
 // chosen experts' gate, up and down weights into L2 when asked; block 0
 // writes the choice. tab + ex: the gate weights of the E experts, then up,
-// then down. rt_route is one token's routing by nt threads (tid < nt; nt ==
-// 32: one warp, no block barrier, which the router's last block uses, a
-// warp per token, in place of this kernel); chosen, fsh, ksh: shared memory
-// (chosen may be NULL; fsh and ksh are unused at nt == 32). The logits come
-// from the kernel before (or, in a tail, other blocks): read past L1.
-__device__ void rt_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
-                         float *wsel, int t, int tid, int nt, bool w0, int *chosen, float *fsh,
-                         unsigned long long *ksh) {
-  const int nw = nt >> 5;
+// then down.
+__global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
+                        float *wsel, const dlin *tab, int ex, int prefetch) {
+  __shared__ int chosen[RT_TMAX];
+  __shared__ pf_region reg[6 * RT_TMAX];
+  __shared__ float fsh[9];
+  __shared__ unsigned long long ksh[8];
+  rt_trigger();
+  rt_wait();
+  const int t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x, nw = nt >> 5;
   const float *l = logits + (int64_t)t * E;
   float p[RT_RPT];
   float m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < RT_RPT; i++) {
     const int e = tid + nt * i;
-    p[i] = e < E ? __ldcg(l + e) : -INFINITY;
+    p[i] = e < E ? l[e] : -INFINITY;
     m = fmaxf(m, p[i]);
   }
   m = rt_block_reduce(m, 0, nw, fsh);
@@ -486,6 +487,7 @@ __device__ void rt_route(const float *logits, const float *z, int E, int K, int 
     key[i] = e < E ? rt_argmax_key(p[i] / s, (uint32_t)e) : 0;
   }
   float tot = 0;
+  const bool w0 = blockIdx.x == 0;
   for (int k = 0; k < K; k++) {
     unsigned long long best = 0;
 #pragma unroll
@@ -506,7 +508,7 @@ __device__ void rt_route(const float *logits, const float *z, int E, int K, int 
     for (int i = 0; i < RT_RPT; i++)
       if (tid + nt * i == e) key[i] = 0;
     if (tid == 0) {
-      if (chosen) chosen[k] = e;
+      chosen[k] = e;
       if (w0) sel[t * RT_KST + k] = e, wsel[t * RT_KST + k] = v;
     }
     tot += v;
@@ -514,20 +516,8 @@ __device__ void rt_route(const float *logits, const float *z, int E, int K, int 
   if (tid == 0 && w0) {
     if (renorm)
       for (int k = 0; k < K; k++) wsel[t * RT_KST + k] /= tot;
-    wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-__ldcg(z + t))) : 1.0f;
+    wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
   }
-}
-
-__global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
-                        float *wsel, const dlin *tab, int ex, int prefetch) {
-  __shared__ int chosen[RT_TMAX];
-  __shared__ pf_region reg[6 * RT_TMAX];
-  __shared__ float fsh[9];
-  __shared__ unsigned long long ksh[8];
-  rt_trigger();
-  rt_wait();
-  const int t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
-  rt_route(logits, z, E, K, renorm, have_shared, sel, wsel, t, tid, nt, blockIdx.x == 0, chosen, fsh, ksh);
   if (!prefetch) return;
   __syncthreads();
   for (int i = tid; i < 3 * K; i += nt) { // gate and up of every expert first, then down
@@ -575,49 +565,20 @@ __global__ void k_final(const float *m, const float *m2, const float *r2, const 
 }
 
 // after the head: token ids for the next draft step, positions + 1, the
-// drafted ids recorded at rec[step * n + t] (step counted on the device);
-// every thread of the block calls it (a barrier between reading and
-// advancing the step). The argmax keys come from other blocks' atomics.
-__device__ void rt_next(const unsigned long long *best, const int64_t *ids, int *tok, int64_t *pos, int *rec,
-                        int *step, int n) {
+// drafted ids recorded at rec[step * n + t] (step counted on the device)
+__global__ void k_next(const unsigned long long *best, const int64_t *ids, int *tok, int64_t *pos, int *rec,
+                       int *step, int n) {
+  rt_trigger();
+  rt_wait();
   const int t = threadIdx.x;
   const int s = *step;
   __syncthreads();
   if (t < n) {
-    const int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(__ldcg(best + t) & 0xFFFFFFFFu));
+    const int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(best[t] & 0xFFFFFFFFu));
     const int id = (int)(ids ? ids[row] : row);
     tok[t] = id;
     pos[t] += 1;
     rec[s * n + t] = id;
   }
   if (t == 0) *step = s + 1;
-}
-
-__global__ void k_next(const unsigned long long *best, const int64_t *ids, int *tok, int64_t *pos, int *rec,
-                       int *step, int n) {
-  rt_trigger();
-  rt_wait();
-  rt_next(best, ids, tok, pos, rec, step, n);
-}
-
-// The tail of a k_mv launch (kernels/rt_mv.cuh): every thread of every block
-// calls it after its results are written; the last block to arrive (a
-// ticket after a fence, the classic threadfence reduction) does the work.
-__device__ __noinline__ void rt_tail(const mv_tail *tl, int n) {
-  __shared__ unsigned last;
-  __threadfence(); // this block's results (stores, atomics) before its ticket
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(tl->cnt, 1u) == gridDim.x * gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (tl->kind == 1) {
-    const int w = threadIdx.x >> 5;
-    if (w < n)
-      rt_route(tl->logits, tl->z, tl->E, tl->K, tl->renorm, tl->have_shared, tl->sel, tl->wsel, w,
-               threadIdx.x & 31, 32, true, nullptr, nullptr, nullptr);
-  } else {
-    rt_next(tl->best, tl->ids, tl->tok, tl->pos, tl->rec, tl->step, n);
-  }
-  if (threadIdx.x == 0) *tl->cnt = 0;
 }

@@ -53,7 +53,6 @@ struct mv_launch {
 struct plan {
   bool built = false;
   mv_launch fc, qkv, o, rs, gu, gus, down, downs, head, head_logits; // gus/downs: the shared expert
-  mv_launch head_chain; // a draft chain's head: with the feedback as its tail when g->tails
   cudaGraphExec_t step = nullptr, chain = nullptr;
 };
 
@@ -62,10 +61,6 @@ struct gpu_session {
   int64_t max_pos;
   int window, nseq, cur, nsplit, K, fast, graphs;
   int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
-  int tails;              // routing and feedback done by the last block of the launch before (MTPQ_CUDA_TAILS=0: own kernels)
-  bool tail_route = false, tail_next = false; // where they apply: the vectorised k_mv, one warp of routing per token
-  mv_tail *tl = nullptr;  // [0] routing, [1] feedback
-  unsigned *tcnt = nullptr;
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -219,7 +214,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // (tests/bench/RESULTS.md)
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
-  g->tails = env_on("MTPQ_CUDA_TAILS");
   g->fp4r = env_int("MTPQ_CUDA_FP4R", 4);
   g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
@@ -319,9 +313,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (!st) st = dalloc(g, &g->seqa, NM * sizeof(int), err);
   if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
   if (!st) st = dalloc(g, &g->stepc, sizeof(int), err);
-  if (!st) st = dalloc(g, &g->tcnt, 2 * sizeof(unsigned), err);
-  if (!st && cudaMemset(g->tcnt, 0, 2 * sizeof(unsigned)) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
-  if (!st) st = dalloc(g, &g->tl, 2 * sizeof(mv_tail), err);
   if (!st) st = dalloc(g, &g->pos, NM * sizeof(int64_t), err);
   if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
   if (!st) { // one pinned block for the staging buffers
@@ -333,18 +324,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
       g->h_pos = (int64_t *)(g->h_rec + NM * RT_MAXSTEPS), g->h_best = (unsigned long long *)(g->h_pos + NM);
       g->h_hid = (float *)(g->h_best + NM);
     }
-  }
-  if (!st) { // the tails (kernels/rt_mv.cuh): routing after the router, feedback after a chain's head
-    g->tail_route = g->tails && g->fast && d->moe && d->E <= 32 * RT_RPT && !g->prefetch;
-    g->tail_next = g->tails && g->fast;
-    mv_tail t[2];
-    memset(t, 0, sizeof t);
-    t[0].kind = 1, t[0].cnt = g->tcnt, t[0].logits = g->pr, t[0].z = g->z, t[0].E = (int)E, t[0].K = g->K;
-    t[0].renorm = d->norm_topk, t[0].have_shared = d->seg.w != nullptr, t[0].sel = g->sel, t[0].wsel = g->wsel;
-    t[1].kind = 2, t[1].cnt = g->tcnt + 1, t[1].best = g->best, t[1].ids = g->ids, t[1].tok = g->tok;
-    t[1].pos = g->pos, t[1].rec = g->rec, t[1].step = g->stepc;
-    if (cudaMemcpy(g->tl, t, sizeof t, cudaMemcpyHostToDevice) != cudaSuccess)
-      st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the tail table failed");
   }
   if (st) {
     mtpq__cuda_session_close(g);
@@ -407,8 +386,6 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   if (E) {
     rs.push_back(dense_task(L_ROUTER, g->y2, H, g->pr, E, n));
     if (d->seg.w) rs.push_back(dense_task(L_SEG, g->y2, H, g->z, 1, n));
-    if (g->tail_route)
-      for (mv_task &x : rs) x.tail = g->tl;
     for (int t = 0; t < n; t++)
       for (int k = 0; k < K; k++)
         for (int w = 0; w < 2; w++) {
@@ -438,9 +415,7 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   mv_task hd = dense_task(L_HEAD, g->out, H, nullptr, d->head.rows, n);
   hd.best = g->best;
   if (!st) st = put_tasks(g, {hd}, &p.head, err);
-  hd.tail = g->tail_next ? g->tl + 1 : nullptr;
-  if (!st) st = put_tasks(g, {hd}, &p.head_chain, err);
-  hd.tail = nullptr, hd.logits = g->logits;
+  hd.logits = g->logits;
   if (!st) st = put_tasks(g, {hd}, &p.head_logits, err);
   p.built = !st;
   return st;
@@ -603,7 +578,7 @@ static void enqueue_step(gpu_session *g, int n) {
     launch_mv(g, p.rs);
     mark(g, "router+shared gate");
     const int rb = g->prefetch ? (g->sms / n > 32 ? 32 : g->sms / n > 1 ? g->sms / n : 1) : 1;
-    if (!g->tail_route) go(g, true, k_route, dim3(rb, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
+    go(g, true, k_route, dim3(rb, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
        (const float *)g->pr, (const float *)g->z,
        (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->sel, g->wsel, (const dlin *)g->lins,
        (int)L_EXPERTS, g->prefetch);
@@ -624,9 +599,9 @@ static void enqueue_step(gpu_session *g, int n) {
 
 static void enqueue_chain_step(gpu_session *g, int n) {
   enqueue_step(g, n);
-  launch_mv(g, g->plans[n].head_chain);
+  launch_mv(g, g->plans[n].head);
   mark(g, "head+argmax");
-  if (!g->tail_next) go(g, true, k_next, dim3(1), dim3(32), 0, (const unsigned long long *)g->best, (const int64_t *)g->ids, g->tok,
+  go(g, true, k_next, dim3(1), dim3(32), 0, (const unsigned long long *)g->best, (const int64_t *)g->ids, g->tok,
      g->pos, g->rec, g->stepc, n);
   mark(g, "feedback");
 }
