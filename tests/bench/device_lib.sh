@@ -49,39 +49,3 @@ print(f'{"sum (one step, kernels alone)":62s} {tot / 1e3:8.1f} us; {len(ks)} ker
 PY
   tail -3 "$OUT/ncu-$label-run.txt"
 }
-
-# BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K, batch 1 (or
-# NCU_BATCH), traced by nsys with the graph's kernels as nodes (programmatic
-# launch on, as in the timed rows; call 50 as in dev_ncu): per kernel of the
-# second step, its end minus the previous kernel's end on the same stream
-# (what it adds to the step) and its traced duration (which, launched early,
-# includes its wait); $OUT/nsys-LABEL.txt
-dev_nsys() {
-  local b=$1 label=$2 nsys
-  nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-  [ -n "$nsys" ] || { echo "nsys: not found"; return; }
-  timeout 150 "$nsys" profile --cuda-graph-trace=node --capture-range=cudaProfilerApi --capture-range-end=stop \
-    -o "/tmp/nsys-$label" -f true env MTPQ_CUDA_PROFILE_CALL=50 "$b"/mtpq bench-step --backend cuda --target $T \
-    --drafter /tmp/q80 --context 4096 --iters 40 ${NCU_BATCH:+--batch $NCU_BATCH} > "$OUT/nsys-$label-run.txt" 2>&1
-  "$nsys" stats --report cuda_gpu_trace --format csv -o "/tmp/nsys-$label" "/tmp/nsys-$label.nsys-rep" > /dev/null 2>&1
-  python3 - /tmp/nsys-"$label"_cuda_gpu_trace.csv <<'PY' | tee "$OUT/nsys-$label.txt"
-import csv, sys, re
-rows = list(csv.DictReader(open(sys.argv[1])))
-if not rows or 'Start (ns)' not in rows[0]:
-    sys.exit(f"unexpected trace columns: {list(rows[0]) if rows else 'none'}")
-ks = [r for r in rows if r.get('Name') and not r['Name'].startswith('[CUDA')]
-def f(r, k): return float(r[k].replace(',', ''))
-n = len(ks) // 3 if len(ks) % 3 == 0 else len(ks)
-step = ks[n:2 * n] if n != len(ks) else ks
-t0 = f(step[0], 'Start (ns)'); last = {}
-prev_end = max(f(r, 'Start (ns)') + f(r, 'Duration (ns)') for r in ks[:n]) if n != len(ks) else t0
-print(f"{'kernel':40s} {'strm':>4s} {'start':>8s} {'dur':>7s} {'adds':>7s}  (us, from the step's first kernel start)")
-end_all = prev_end
-for r in step:
-    s, d = f(r, 'Start (ns)'), f(r, 'Duration (ns)'); st = r.get('Strm', '?'); e = s + d
-    adds = e - max(end_all, s - 0) if e > end_all else 0.0
-    print(f"{re.sub(r'[(<].*', '', r['Name'])[:40]:40s} {st:>4s} {(s - t0) / 1e3:8.1f} {d / 1e3:7.1f} {adds / 1e3:7.1f}")
-    end_all = max(end_all, e)
-print(f"step: {(end_all - prev_end) / 1e3:.1f} us from the previous step's last end; {len(ks)} kernels traced")
-PY
-}
