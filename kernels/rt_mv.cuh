@@ -199,7 +199,8 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
     const bool ok = r0 + i < rows;
     const uint32_t r = (uint32_t)(ok ? r0 + i : r0);
     rok |= (uint32_t)ok << i;
-    wo[i] = r * (uint32_t)cols * B2 / 2 + lane * 8 * B2, so[i] = r * (uint32_t)(cols / 16) + lane;
+    // (a row's bytes first: r * cols * B2 would overflow 32 bits for BF16 matrices of 2 GiB or more)
+    wo[i] = r * (uint32_t)(cols * B2 / 2) + lane * 8 * B2, so[i] = r * (uint32_t)(cols / 16) + lane;
   }
   int k0 = 0, b0 = 0; // the batch's first (term, band)
   for (int g0 = 0; g0 < ng; g0 += UU / R) {
