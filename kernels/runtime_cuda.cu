@@ -502,8 +502,8 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   switch (NB) {
   case 1: {
     int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : g->r5 && mv_blocks(m, 5) <= wave ? 5 : 8;
-    if (m.fmt == 2 && (g->fp4r == 1 || g->fp4r == 4) && g->fp4r < r && !(r == 5 && g->fp4r == 4))
-      r = g->fp4r; // MTPQ_CUDA_FP4R: at most that
+    // MTPQ_CUDA_FP4R: at most that many rows per warp for NVFP4 (the default, 4, caps only the 8)
+    if (m.fmt == 2 && (g->fp4r == 1 || g->fp4r == 4) && g->fp4r < r && !(r == 5 && g->fp4r == 4)) r = g->fp4r;
     r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
     break;
   }
