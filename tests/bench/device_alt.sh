@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU-machine run: time other versions of kernels/ (and cli/) beside the
 # working tree's, e.g. branches not merged. On the dev machine, before the
-# run: mkdir -p alt/NAME && git archive BRANCH kernels cli | tar -x -C alt/NAME
-# (alt/ is git-ignored only by .git/info/exclude: add "/alt/" there). Each
+# run: bash tests/bench/alt_trees.sh BRANCH... (alt/NAME from each branch;
+# alt/ is git-ignored only by .git/info/exclude, which it sees to). Each
 # alt/NAME is a copy of this tree with its files laid over; all are built at
 # once (the single CUDA translation unit of each is the long pole), their gpu
 # runtime tests run at once on the one GPU (MTPQ_ALT_TESTS=0: none;
