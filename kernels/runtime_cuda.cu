@@ -212,10 +212,10 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // loads per lane keep the down projection out of spills (18.3 -> 13.9 us):
   // 186.7-189.4 -> 178.7 us a step at 4K batch 1 on the H200, same build
   // (tests/bench/RESULTS.md)
-  g->r5 = env_on("MTPQ_CUDA_R5");
-  g->side = env_on("MTPQ_CUDA_SIDE");
   g->fp4r = env_int("MTPQ_CUDA_FP4R", 4);
   g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
+  g->r5 = env_on("MTPQ_CUDA_R5");
+  g->side = env_on("MTPQ_CUDA_SIDE");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
@@ -502,8 +502,8 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   switch (NB) {
   case 1: {
     int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : g->r5 && mv_blocks(m, 5) <= wave ? 5 : 8;
-    // MTPQ_CUDA_FP4R: at most that many rows per warp for NVFP4 (the default, 4, caps only the 8)
-    if (m.fmt == 2 && (g->fp4r == 1 || g->fp4r == 4) && g->fp4r < r && !(r == 5 && g->fp4r == 4)) r = g->fp4r;
+    // MTPQ_CUDA_FP4R for NVFP4: 1 caps every choice, 4 (the default) the wave rule's 8
+    if (m.fmt == 2 && ((g->fp4r == 1 && r > 1) || (g->fp4r == 4 && r == 8))) r = g->fp4r;
     r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
     break;
   }
