@@ -36,6 +36,8 @@ struct dlin {
   const uint8_t *w;
   const uint8_t *sc;
   float s;
+  float s2; // the odd rows' scale: a routed expert's gate/up pair matrix (rows 2i gate i, 2i + 1 up i)
+            // has the up projection's there; s for every other matrix
 };
 
 struct mv_term {
@@ -51,6 +53,7 @@ struct mv_task {
   float *y;                   // y[j * ys + r]; NULL with best
   unsigned long long *best;   // argmax keys per token (the head), or NULL
   float *logits;              // with best: the logits too, or NULL
+  int glu;                    // rows are (gate, up) pairs: y[j * ys + r / 2] = silu(gate) * up (even R)
   mv_term t[RT_TMAX];
 };
 
@@ -79,6 +82,9 @@ __device__ __forceinline__ void rt_prefetch_l2(const void *p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
+
+// silu(g) * u, as k_swiglu computes it (the products' gate/up epilogue uses the same)
+__device__ __forceinline__ float rt_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __device__ __forceinline__ float rt_warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
@@ -182,7 +188,8 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
 // rows: with one x load per weight chunk the L1 traffic for x was 4 to 8
 // times the weight traffic and capped the FP8 head at about 1.5 TB/s.
 template <int F, int NB, int R, int U>
-__device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const mv_term *tm, int nterm, int64_t r0,
+__device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const float *Wt2, const mv_term *tm,
+                                         int nterm, int64_t r0,
                                          int64_t rows, int64_t xs, int nb, int lane,
                                          float (&acc)[R][NB]) {
   constexpr int UU = F == 0 ? (U / 2 >= R ? U / 2 : R) : U;
@@ -240,7 +247,9 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
           xv[j][4 * e4] = x.x, xv[j][4 * e4 + 1] = x.y, xv[j][4 * e4 + 2] = x.z, xv[j][4 * e4 + 3] = x.w;
         }
       }
-      const float wt = F == 2 ? Wt[k] * 16384.0f : Wt[k]; // NVFP4: rt_decode16's 2^-14 undone
+      // the term weight of even and odd rows (the same but in a gate/up pair
+      // matrix, whose row sets start even: R is even there); NVFP4: rt_decode16's 2^-14 undone
+      const float wt0 = F == 2 ? Wt[k] * 16384.0f : Wt[k], wt1 = F == 2 ? Wt2[k] * 16384.0f : Wt2[k];
 #pragma unroll
       for (int i = 0; i < R; i++) {
         if (!(rok >> i & 1)) continue;
@@ -252,7 +261,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
           float s = 0.0f;
 #pragma unroll
           for (int e = 0; e < 16; e++) s = fmaf(w[e], xv[j][e], s);
-          acc[i][j] = fmaf(wt, s, acc[i][j]);
+          acc[i][j] = fmaf(i & 1 ? wt1 : wt0, s, acc[i][j]);
         }
       }
     }
@@ -268,7 +277,7 @@ template <int NB, int R, int U, int FMT>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
   __shared__ mv_task T;
   __shared__ dlin Ls[RT_TMAX];
-  __shared__ float Wt[RT_TMAX];
+  __shared__ float Wt[RT_TMAX], Wt2[RT_TMAX];
   __shared__ unsigned long long bbest[8][NB];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   rt_trigger();
@@ -289,6 +298,7 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
     int li = m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0);
     Ls[tid] = tab[li];
     Wt[tid] = (m.w ? *m.w : 1.0f) * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s);
+    Wt2[tid] = (m.w ? *m.w : 1.0f) * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s2);
   }
   if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
   __syncthreads();
@@ -304,12 +314,12 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = 0.0f;
     if constexpr (FMT != 3) {
-      rt_terms<FMT, NB, R, U>(Ls, Wt, T.t, nterm, r0, rows, T.xs, nb, lane, acc);
+      rt_terms<FMT, NB, R, U>(Ls, Wt, Wt2, T.t, nterm, r0, rows, T.xs, nb, lane, acc);
     } else {
       for (int k = 0; k < nterm; k++) {
-        if (Ls[k].f == 1) rt_terms<1, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
-        else if (Ls[k].f == 0) rt_terms<0, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
-        else rt_terms<2, NB, R, U>(Ls + k, Wt + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
+        if (Ls[k].f == 1) rt_terms<1, NB, R, U>(Ls + k, Wt + k, Wt2 + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
+        else if (Ls[k].f == 0) rt_terms<0, NB, R, U>(Ls + k, Wt + k, Wt2 + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
+        else rt_terms<2, NB, R, U>(Ls + k, Wt + k, Wt2 + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
       }
     }
 #pragma unroll
@@ -328,6 +338,8 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
             unsigned long long key = rt_argmax_key(acc[i][j], (uint32_t)r);
             mybest[j] = key > mybest[j] ? key : mybest[j];
             if (T.logits) T.logits[j * T.ys + r] = acc[i][j];
+          } else if (T.glu) { // (k_swiglu's arithmetic, so the same act)
+            if (!(i & 1) && i + 1 < R) T.y[j * T.ys + r / 2] = rt_silu_mul(acc[i][j], acc[i + 1][j]);
           } else {
             T.y[j * T.ys + r] = acc[i][j];
           }
@@ -361,29 +373,43 @@ __device__ __forceinline__ float rt_elem(const dlin &L, int64_t r, int64_t c) {
 __global__ void __launch_bounds__(256) k_mv_any(const dlin *tab, const mv_task *tasks, const int *sel) {
   __shared__ mv_task T;
   rt_trigger();
-  if (threadIdx.x == 0) T = tasks[blockIdx.y];
+  { // the task, copied by all threads (a struct copy by one thread went through local memory)
+    const int *src = reinterpret_cast<const int *>(tasks + blockIdx.y);
+    int *dst = reinterpret_cast<int *>(&T);
+    for (int i = threadIdx.x; i < (int)(sizeof(mv_task) / 4); i += 256) dst[i] = src[i];
+  }
   rt_wait();
   __syncthreads();
   const int lane = threadIdx.x & 31;
   int li0 = T.t[0].lin + (T.t[0].sel_k >= 0 ? sel[T.tok * RT_KST + T.t[0].sel_k] : 0);
   const int64_t rows = tab[li0].rows;
-  for (int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * 8) {
+  const int pair = T.glu ? 2 : 1; // a gate/up pair matrix: a warp takes both rows of a pair
+  for (int64_t r = ((int64_t)blockIdx.x * 8 + (threadIdx.x >> 5)) * pair; r < rows; r += (int64_t)gridDim.x * 8 * pair) {
     for (int j = 0; j < T.nb; j++) {
-      float acc = 0.0f;
-      for (int k = 0; k < T.nterm; k++) {
-        const mv_term &m = T.t[k];
-        const dlin L = tab[m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0)];
-        float p = 0.0f;
-        for (int64_t c = lane; c < L.cols; c += 32) p += rt_elem(L, r, c) * m.x[j * T.xs + c];
-        acc += (m.w ? *m.w : 1.0f) * (L.f == 0 ? 1.0f : L.s) * p;
+      float a0 = 0.0f, a1 = 0.0f; // the pair's rows (one row: a0)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        if (h >= pair) break;
+        float acc = 0.0f;
+        for (int k = 0; k < T.nterm; k++) {
+          const mv_term &m = T.t[k];
+          const dlin L = tab[m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0)];
+          float p = 0.0f;
+          for (int64_t c = lane; c < L.cols; c += 32) p += rt_elem(L, r + h, c) * m.x[j * T.xs + c];
+          acc += (m.w ? *m.w : 1.0f) * (L.f == 0 ? 1.0f : (r + h) & 1 ? L.s2 : L.s) * p;
+        }
+        acc = rt_warp_sum(acc);
+        if (h) a1 = acc;
+        else a0 = acc;
       }
-      acc = rt_warp_sum(acc);
       if (lane == 0) {
         if (T.best) {
-          atomicMax(T.best + j, rt_argmax_key(acc, (uint32_t)r));
-          if (T.logits) T.logits[j * T.ys + r] = acc;
+          atomicMax(T.best + j, rt_argmax_key(a0, (uint32_t)r));
+          if (T.logits) T.logits[j * T.ys + r] = a0;
+        } else if (T.glu) {
+          T.y[j * T.ys + r / 2] = rt_silu_mul(a0, a1);
         } else {
-          T.y[j * T.ys + r] = acc;
+          T.y[j * T.ys + r] = a0;
         }
       }
     }

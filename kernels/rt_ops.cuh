@@ -539,8 +539,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int n, int 
   for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < (int64_t)n * nslot * len;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / len, c = i % len, o = ((r / nslot) * S + slot0 + r % nslot) * st + c;
-    const float x = g[o];
-    act[o] = x / (1.0f + expf(-x)) * u[o];
+    act[o] = rt_silu_mul(g[o], u[o]);
   }
 }
 

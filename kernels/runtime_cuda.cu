@@ -46,6 +46,7 @@ enum { L_FC, L_Q, L_K, L_V, L_O, L_ROUTER, L_SEG, L_SG, L_SU, L_SD, L_HEAD, L_EX
 struct mv_launch {
   mv_task *dev = nullptr;
   int ntask = 0, nbmax = 0, fmt = -1; // fmt: the terms' format, 3 when mixed
+  bool glu = false;                   // gate/up row pairs: the launch needs an even number of rows per warp
   int64_t rows = 0; // the most rows of any task: the grid covers them
   std::vector<int64_t> trows; // rows of each task
 };
@@ -61,6 +62,7 @@ struct gpu_session {
   int64_t max_pos;
   int window, nseq, cur, nsplit, K, fast, graphs;
   int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
+  int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -146,10 +148,35 @@ static enum mtpq_status upload(gpu_session *g, const void *src, size_t n, const 
 }
 
 static enum mtpq_status upload_lin(gpu_session *g, const struct lin *L, dlin *out, struct mtpq_err *err) {
-  out->f = L->f, out->rows = L->rows, out->cols = L->cols, out->s = L->s, out->sc = nullptr;
+  out->f = L->f, out->rows = L->rows, out->cols = L->cols, out->s = out->s2 = L->s, out->sc = nullptr;
   size_t wb = (size_t)rt_lin_bytes(*out);
   enum mtpq_status st = upload(g, L->w, wb, &out->w, err);
   if (!st && L->f == LIN_NVFP4) st = upload(g, L->scales, (size_t)(L->rows * L->cols / 16), &out->sc, err);
+  return st;
+}
+
+// A routed expert's gate and up projections as one matrix of row pairs
+// (row 2i: gate row i, 2i + 1: up row i; NVFP4 block scales likewise), so
+// that the warp holding a pair writes silu(gate) * up itself (no SwiGLU
+// kernel); s: the gate's scale, s2: the up's.
+static enum mtpq_status upload_pairs(gpu_session *g, const struct lin *G, const struct lin *U, dlin *out,
+                                     struct mtpq_err *err) {
+  out->f = G->f, out->rows = 2 * G->rows, out->cols = G->cols, out->s = G->s, out->s2 = U->s, out->sc = nullptr;
+  const size_t rb = (size_t)(rt_lin_bytes(*out) / out->rows), sb = (size_t)(G->cols / 16);
+  std::vector<uint8_t> buf((size_t)rt_lin_bytes(*out));
+  for (int64_t i = 0; i < G->rows; i++) {
+    memcpy(&buf[(size_t)(2 * i) * rb], G->w + (size_t)i * rb, rb);
+    memcpy(&buf[(size_t)(2 * i + 1) * rb], U->w + (size_t)i * rb, rb);
+  }
+  enum mtpq_status st = upload(g, buf.data(), buf.size(), &out->w, err);
+  if (!st && G->f == LIN_NVFP4) {
+    std::vector<uint8_t> sc((size_t)(out->rows * out->cols / 16));
+    for (int64_t i = 0; i < G->rows; i++) {
+      memcpy(&sc[(size_t)(2 * i) * sb], G->scales + (size_t)i * sb, sb);
+      memcpy(&sc[(size_t)(2 * i + 1) * sb], U->scales + (size_t)i * sb, sb);
+    }
+    st = upload(g, sc.data(), sc.size(), &out->sc, err);
+  }
   return st;
 }
 
@@ -240,9 +267,19 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
                                        &d->sg, &d->su, &d->sd, &d->head};
   for (int i = 0; i < L_EXPERTS && !st; i++)
     if (base[i]->w) st = upload_lin(g, base[i], &h[i], err);
+  // gate/up pair matrices (MTPQ_CUDA_GLU=0: separate, with a SwiGLU kernel) where every expert's gate
+  // and up share a format and a shape
+  g->glu = E > 0 && env_on("MTPQ_CUDA_GLU");
+  for (int64_t e = 0; e < E; e++)
+    if (d->eg[e].f != d->eu[e].f || d->eg[e].rows != d->eu[e].rows || d->eg[e].cols != d->eu[e].cols) g->glu = 0;
   for (int64_t e = 0; e < E && !st; e++) {
-    st = upload_lin(g, &d->eg[e], &h[L_EXPERTS + e], err);
-    if (!st) st = upload_lin(g, &d->eu[e], &h[L_EXPERTS + E + e], err);
+    if (g->glu) { // the up slot stays empty (rows 0: nothing to prefetch)
+      st = upload_pairs(g, &d->eg[e], &d->eu[e], &h[L_EXPERTS + e], err);
+      h[L_EXPERTS + E + e] = dlin{d->eu[e].f, 0, d->eu[e].cols, nullptr, nullptr, 1.0f, 1.0f};
+    } else {
+      st = upload_lin(g, &d->eg[e], &h[L_EXPERTS + e], err);
+      if (!st) st = upload_lin(g, &d->eu[e], &h[L_EXPERTS + E + e], err);
+    }
     if (!st) st = upload_lin(g, &d->ed[e], &h[L_EXPERTS + 2 * E + e], err);
   }
   g->fast = 1; // the vectorised kernels need every row to be a whole number of 16-element chunks, and
@@ -351,7 +388,7 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   enum mtpq_status st = dalloc(g, &m->dev, v.size() * sizeof(mv_task), err);
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
-  m->nbmax = 0, m->rows = 0;
+  m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0;
   for (const mv_task &t : v) {
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const dlin &L0 = g->host_lins[t.t[0].lin];
@@ -388,9 +425,10 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
     if (d->seg.w) rs.push_back(dense_task(L_SEG, g->y2, H, g->z, 1, n));
     for (int t = 0; t < n; t++)
       for (int k = 0; k < K; k++)
-        for (int w = 0; w < 2; w++) {
-          mv_task x = dense_task(L_EXPERTS + (int)(w * E), g->y2 + t * H, H, (w ? g->ub : g->gb) + (t * S + k) * IM, 0, 1);
-          x.tok = t, x.t[0].sel_k = k;
+        for (int w = 0; w < (g->glu ? 1 : 2); w++) {
+          float *y = g->glu ? g->act : w ? g->ub : g->gb; // pairs: silu(gate) * up straight into act
+          mv_task x = dense_task(L_EXPERTS + (int)(w * E), g->y2 + t * H, H, y + (t * S + k) * IM, 0, 1);
+          x.tok = t, x.t[0].sel_k = k, x.glu = g->glu;
           gu.push_back(x);
         }
     for (int t = 0; t < n; t++) {
@@ -445,12 +483,12 @@ template <int NB, int R, int U, int F> static void mv_run(gpu_session *g, const 
 // chunks are 8 bytes, FP8 16, BF16 32 in two loads), less from 2 tokens on
 // (their registers go to the activations; more spills)
 template <int NB, int R> static void mv_go(gpu_session *g, const mv_launch &m) {
-  constexpr int U = R == 5 ? 10 : NB >= 4 ? 4 : 8; // (5 rows: two bands of 5 chunks a batch)
+  constexpr int U = R == 5 ? 10 : R == 6 ? 12 : NB >= 4 ? 4 : 8; // (5, 6 rows: two bands a batch)
   switch (m.fmt) {
   case 0: mv_run<NB, R, U, 0>(g, m); break;
   case 1: mv_run<NB, R, U, 1>(g, m); break;
   case 2:
-    if constexpr (NB == 1 && R == 5) mv_run<1, 5, 10, 2>(g, m);
+    if constexpr (NB == 1 && (R == 5 || R == 6)) mv_run<1, R, U, 2>(g, m);
     else if constexpr (NB == 1) g->fp4u == 8 ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
     else mv_run<NB, R, 8, 2>(g, m);
     break;
@@ -497,6 +535,11 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1);
   if (NB > 1 && (m.fmt == 0 || m.fmt == 1) && mv_blocks(m, 8) > wave) {
     NB == 2 ? mv_big<2>(g, m) : NB == 4 ? mv_big<4>(g, m) : mv_big<8>(g, m);
+    return;
+  }
+  if (m.glu && NB == 1) { // row pairs (routed gate/up, one token a task): the fewest even rows per warp in one wave
+    const int r = mv_blocks(m, 2) <= wave ? 2 : mv_blocks(m, 4) <= wave ? 4 : mv_blocks(m, 6) <= wave ? 6 : 8;
+    r == 2 ? mv_go<1, 2>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 6 ? mv_go<1, 6>(g, m) : mv_go<1, 8>(g, m);
     return;
   }
   switch (NB) {
@@ -585,9 +628,11 @@ static void enqueue_step(gpu_session *g, int n) {
     mark(g, "softmax+top-k");
     launch_mv(g, p.gu);
     mark(g, "experts gate/up");
-    go(g, true, k_swiglu, dim3(64), dim3(256), 0, (const float *)g->gb, (const float *)g->ub, g->act, n, 0, g->K, S,
-       (int)g->IM, g->IM);
-    mark(g, "experts swiglu");
+    if (!g->glu) {
+      go(g, true, k_swiglu, dim3(64), dim3(256), 0, (const float *)g->gb, (const float *)g->ub, g->act, n, 0, g->K, S,
+         (int)g->IM, g->IM);
+      mark(g, "experts swiglu");
+    }
     launch_mv(g, p.down);
     mark(g, "experts down (weighted sum)");
   }
