@@ -1,8 +1,9 @@
 // The CUDA drafter runtime's other kernels (included by kernels/runtime_cuda.cu
-// only): embedding + norms (and the optional L2 prefetch), per-head key norm
-// + RoPE + K/V cache write, attention split over the context (K/V rows
-// copied to shared memory asynchronously; flash-decoding partials, then a
-// combine that applies the output gate), routing (softmax + top-k, a warp
+// only): embedding + norms (and the optional L2 prefetch), attention split
+// over the context (cached K/V rows copied to shared memory asynchronously,
+// the launch's own keys normed and roped and written to the cache with their
+// values; flash-decoding partials, then a combine that applies the output
+// gate), routing (softmax + top-k, a warp
 // per 512 experts of a token), SwiGLU, the residual + final norm, and the
 // feedback of the argmax into the next step. Every kernel takes the tokens
 // of one launch (blockIdx over tokens) and reads positions, sequences and
@@ -209,24 +210,6 @@ __device__ void rt_head_norm_rope(const float *src, const rt_head_consts &k, int
   __syncwarp();
 }
 
-// grid (Nkv, tokens), one warp, D floats of shared memory: each key head
-// normed and roped into the cache, with its value (the attention of the
-// same launch reads them: a chunk of a sequence's positions sees its own
-// earlier tokens). rcs: cos, sin per position and rotated pair.
-__global__ void k_kv(const float *kk, const float *vv, int Nkv, int D, int rot, const float2 *rcs, const int64_t *pos,
-                     const int *seq, int64_t max_pos, const float *nk, float eps, float *kc, float *vc) {
-  extern __shared__ float buf[];
-  rt_trigger();
-  const int h = blockIdx.x, t = blockIdx.y;
-  const int64_t KV = (int64_t)Nkv * D, p = pos[t]; // (positions change between steps only)
-  const int64_t off = ((int64_t)seq[t] * max_pos + p) * KV + (int64_t)h * D;
-  rt_head_consts k;
-  rt_head_load(nk, D, rot, rcs + p * (rot / 2), k);
-  rt_wait();
-  rt_head_norm_rope(kk + t * KV + (int64_t)h * D, k, D, eps, rot, buf);
-  for (int j = threadIdx.x; j < D; j += 32) kc[off + j] = buf[j], vc[off + j] = vv[t * KV + (int64_t)h * D + j];
-}
-
 // 16 bytes global -> shared without passing through registers (sm_80+);
 // completes at rt_cp_wait
 __device__ __forceinline__ void rt_cp16(float *dst, const float *src) {
@@ -247,20 +230,26 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D) {
 // memory, D % 4 == 0: the G = Nq/Nkv query heads of KV head g over positions
 // [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised output per
 // head (flash-decoding; k_attn_combine merges the splits). The block copies
-// its cached K and V rows to shared memory asynchronously, all at once:
-// those written by earlier launches before it waits on the kernels before
-// it (earlier steps wrote them), those of this launch (from the first
-// position of the token's sequence in it, written by k_kv) after. It norms
-// and ropes the query heads (a warp each) meanwhile; a thread then scores
-// one (head, row) pair, and one output column of every head.
+// the K and V rows earlier launches cached to shared memory asynchronously,
+// all at once, before it waits on the kernels before it (earlier steps
+// wrote them). After the wait its warps norm and rope the query heads and
+// the rows of this launch (from the first position of the token's sequence
+// in it: a chunk of a sequence's positions sees its own earlier tokens),
+// keys from k (norm + RoPE, as the cache holds them) and values from v, and
+// the block of the row's own token writes them to the cache for later steps
+// (the separate k_kv kernel before did; the same function, so the same
+// bits). A thread then scores one (head, row) pair, and one output column of
+// every head.
 // GT, DT: G and D as compile-time constants (0: read from the arguments);
 // the constant instantiation has its loops unrolled and its per-head tests
-// and divisions folded away.
+// and divisions folded away, and is held to 3 blocks per SM (as many as its
+// shared memory allows at D = 256; it fits 80 registers without spills).
 template <int GT, int DT>
-__global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
+__global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
                                               const int64_t *pos, const int *seq, int n_tok, int64_t max_pos,
-                                              int window, const float *nq, float eps, const float *kc, const float *vc,
-                                              int nsplit, float *po, float *pm, float *pl) {
+                                              int window, const float *nq, const float *nk, float eps,
+                                              const float *kk, const float *vv, float *kc, float *vc, int nsplit,
+                                              float *po, float *pm, float *pl) {
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
   const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, sp = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
@@ -283,22 +272,43 @@ __global__ void __launch_bounds__(256) k_attn(const float *qg, int Nq, int Nkv, 
   // c % d4), stepped by 256 chunks = cq rows and cr columns (no division in
   // the loop)
   const int nf = fresh <= p0 ? 0 : fresh - p0 >= n ? n : (int)(fresh - p0);
-  rt_head_consts hk; // the query heads' norm weights and RoPE table row, before the wait
+  // the norm weights of the query heads and of the keys, and the RoPE row
+  // at p (this token's own row), before the wait
+  rt_head_consts hk, kw;
   if (warp < G) rt_head_load(nq, D, rot, rcs + p * (rot / 2), hk);
-  const int cq = 256 / d4, cr = 256 - cq * d4;
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1) rt_wait(); // q, k, v of this step
-    const int c1 = pass ? nc : nf * d4;
-    int c = (pass ? nf * d4 : 0) + tid, i = c / d4, j = c - i * d4;
-    for (; c < c1; c += 256) {
+  if (nf < n) rt_head_load(nk, D, rot, rcs + p * (rot / 2), kw);
+  {
+    const int cq = 256 / d4, cr = 256 - cq * d4;
+    int c = tid, i = c / d4, j = c - i * d4;
+    for (; c < nf * d4; c += 256) {
       rt_cp16(ks + i * DP + 4 * j, kc + cbase + (p0 + i) * KV + 4 * j);
       rt_cp16(vs + i * DP + 4 * j, vc + cbase + (p0 + i) * KV + 4 * j);
       i += cq, j += cr;
       if (j >= d4) j -= d4, i++;
     }
   }
+  rt_wait(); // q, k, v of this step
   for (int h = warp; h < G; h += 8)
     rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, hk, D, eps, rot, qs + h * D);
+  for (int i = nf + warp; i < n; i += 8) { // this launch's rows, a warp each
+    const int64_t q = p0 + i, at = cbase + q * KV;
+    int u = -1; // the token of this sequence at position q (none: a gap in the chunk's positions, cached before)
+    for (int x = 0; x < n_tok; x++)
+      if (seq[x] == sq_ && pos[x] == q) u = x;
+    if (u < 0) {
+      for (int j = lane; j < D; j += 32) ks[i * DP + j] = kc[at + j], vs[i * DP + j] = vc[at + j];
+      continue;
+    }
+    rt_head_consts kq = kw;
+    if (q != p) rt_head_load(nk, D, rot, rcs + q * (rot / 2), kq);
+    const int64_t src = (int64_t)u * KV + (int64_t)g * D;
+    rt_head_norm_rope(kk + src, kq, D, eps, rot, ks + i * DP);
+    for (int j = lane; j < D; j += 32) {
+      const float v = vv[src + j];
+      vs[i * DP + j] = v;
+      if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = v;
+    }
+  }
   rt_cp_wait();
   __syncthreads();
   const float scale = rsqrtf((float)D);

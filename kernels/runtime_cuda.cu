@@ -578,15 +578,12 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
-  go(g, true, k_kv, dim3(Nkv, n), dim3(32), (size_t)D * 4, (const float *)g->kk, (const float *)g->vv, Nkv, D,
-     (int)d->rot, (const float2 *)g->rcs, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos,
-     (const float *)g->nrm[5], d->eps, g->kc, g->vc);
-  mark(g, "k norm+rope, KV write");
   go(g, true, G == 8 && D == 256 ? k_attn<8, 256> : k_attn<0, 0>, dim3(g->nsplit, Nkv, n), dim3(256),
      (size_t)rt_attn_smem(G, D) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
-     (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4], d->eps,
-     (const float *)g->kc, (const float *)g->vc, g->nsplit, g->po, g->pm, g->pl);
-  mark(g, "q norm+rope, attention (splits)");
+     (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
+     (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
+     g->pm, g->pl);
+  mark(g, "q, k norm+rope, KV write, attention (splits)");
   go(g, true, k_attn_combine, dim3(Nq, n, (D + 31) / 32), dim3(256), (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
      g->nsplit, g->att);
