@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NOTE=.git/mtpq-slim
-PATHS="${MTPQ_SLIM_PATHS:-testdata/tiny-qwen3next/model/model-00001-of-00002.safetensors}"
+# (default: what the gpu tests and benchmarks do without; the tiny model's
+# shards stay, the gpu tests read them)
+PATHS="${MTPQ_SLIM_PATHS:-testdata/golden/nvfp4_fp8_golden_torchcpu.safetensors testdata/golden/nvfp4_fp8_golden_torchcuda.safetensors testdata/tiny-qwen3next/model/tokenizer.json}"
 case "${1:-}" in
   on)
     [ ! -s "$NOTE" ] || { echo "device-slim.sh: already on ($(tr '\n' ' ' < "$NOTE")); run off first" >&2; exit 1; }
