@@ -14,7 +14,8 @@
 // (__ldcs): a lane owns 16 consecutive columns of a row in each 512-column
 // band (16 B of FP8, 32 B of BF16, 8 B of NVFP4 + its E4M3 block scale), a
 // warp owns R whole rows and keeps U loads in flight per lane, so partial
-// sums combine with shuffles only (no shared memory, no block barrier). FP8 decodes through the
+// sums combine with shuffles only (no shared memory, no block barrier),
+// except where S warps share R rows (k_mv's S, one token: see there). FP8 decodes through the
 // hardware E4M3 -> half conversion (exact), NVFP4 by placing each nibble's
 // bits in a half and one HMUL2 by the block scale per pair (exact: see
 // rt_decode16; a shared-memory table before, about twice the instructions
@@ -187,11 +188,14 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
 // through L1, or shared memory) is loaded once per band and reused for the R
 // rows: with one x load per weight chunk the L1 traffic for x was 4 to 8
 // times the weight traffic and capped the FP8 head at about 1.5 TB/s.
-template <int F, int NB, int R, int U>
+//
+// S > 1 (split over K): the warp takes groups part, part + S, ... of the
+// row set's (term, band) groups; k_mv adds the S warps' sums.
+template <int F, int NB, int R, int U, int S = 1>
 __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const float *Wt2, const mv_term *tm,
                                          int nterm, int64_t r0,
                                          int64_t rows, int64_t xs, int nb, int lane,
-                                         float (&acc)[R][NB]) {
+                                         float (&acc)[R][NB], int part = 0) {
   constexpr int UU = F == 0 ? (U / 2 >= R ? U / 2 : R) : U;
   static_assert(UU % R == 0, "a batch holds whole bands");
   constexpr int B2 = F == 0 ? 4 : F == 1 ? 2 : 1; // bytes per weight, times 2
@@ -209,8 +213,10 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
     // (a row's bytes first: r * cols * B2 would overflow 32 bits for BF16 matrices of 2 GiB or more)
     wo[i] = r * (uint32_t)(cols * B2 / 2) + lane * 8 * B2, so[i] = r * (uint32_t)(cols / 16) + lane;
   }
-  int k0 = 0, b0 = 0; // the batch's first (term, band)
-  for (int g0 = 0; g0 < ng; g0 += UU / R) {
+  // the warp's groups: all (S == 1), or every S-th from part
+  const int ngw = S == 1 ? ng : ng > part ? (ng - part + S - 1) / S : 0;
+  int k0 = S == 1 ? 0 : part / lb, b0 = S == 1 ? 0 : part % lb; // the batch's first (term, band)
+  for (int g0 = 0; g0 < ngw; g0 += UU / R) {
     uint4 raw[UU][F == 0 ? 2 : 1];
     uint8_t sb[UU];
     int kv[UU / R], bv[UU / R]; // each group's term and band
@@ -219,12 +225,16 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 #pragma unroll
       for (int v = 0; v < UU / R; v++) {
         kv[v] = k < nterm ? k : nterm - 1, bv[v] = b;
-        const bool ok = g0 + v < ng && b * 512 + lane * 16 < cols;
+        const bool ok = g0 + v < ngw && b * 512 + lane * 16 < cols;
         const uint8_t *w = Ls[kv[v]].w + (uint64_t)b * 256 * B2, *sc = F == 2 ? Ls[kv[v]].sc + b * 32 : nullptr;
 #pragma unroll
         for (int i = 0; i < R; i++)
           if (ok && (rok >> i & 1)) rt_load16<F>(w + wo[i], sc + so[i], raw[v * R + i], &sb[v * R + i]);
-        if (++b == lb) b = 0, ++k;
+        if constexpr (S == 1) {
+          if (++b == lb) b = 0, ++k;
+        } else {
+          for (b += S; b >= lb; b -= lb) ++k;
+        }
       }
       k0 = k, b0 = b;
     }
@@ -235,7 +245,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 #pragma unroll
     for (int v = 0; v < UU / R; v++) {
       const int k = kv[v], c0 = bv[v] * 512 + lane * 16;
-      if (!(g0 + v < ng && c0 < cols)) continue;
+      if (!(g0 + v < ngw && c0 < cols)) continue;
       float xv[NB][16];
 #pragma unroll
       for (int j = 0; j < NB; j++) {
@@ -273,8 +283,22 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // 2 NVFP4), or 3 for a mix chosen per term (the MoE down projection: NVFP4
 // experts + an FP8 shared expert); one format per kernel keeps the register
 // count (and so the blocks per SM) of that format alone.
-template <int NB, int R, int U, int FMT>
+//
+// S > 1 (one token, plain y: no argmax, no gate/up pairs, one format; R = S):
+// S warps share each set of R rows, each summing every S-th (term, band)
+// group, and the first adds the others' sums (from shared memory, in part
+// order). A block covers the 8 rows it would at one row per warp, with each
+// warp's weight loads as many, but a band of x loaded by a warp serves R
+// rows instead of one: at one row per warp fc and o (K = 4,096) read 4 bytes
+// of x per byte of FP8 weights and the routed experts' down (10 terms of
+// 512 columns) 7 per byte of NVFP4, which came from L2 (ncu: fc and o 9.7
+// us for 8 MB; splitting their rows over warps without sharing x did not
+// move them, tests/bench/RESULTS.md).
+template <int NB, int R, int U, int FMT, int S = 1>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
+  static_assert(S == 1 || (NB == 1 && FMT != 3 && 8 % S == 0 && R == S), "split rows: one token, one format, R = S");
+  constexpr int WB = 8 / S; // row sets a block
+  __shared__ float red[S > 1 ? 8 : 1][R];
   __shared__ mv_task T;
   __shared__ dlin Ls[RT_TMAX];
   __shared__ float Wt[RT_TMAX], Wt2[RT_TMAX];
@@ -307,14 +331,15 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
   unsigned long long mybest[NB];
 #pragma unroll
   for (int j = 0; j < NB; j++) mybest[j] = 0;
-  for (int64_t r0 = ((int64_t)blockIdx.x * 8 + warp) * R; r0 < rows; r0 += (int64_t)gridDim.x * 8 * R) {
+  const int part = warp % S;
+  for (int64_t r0 = ((int64_t)blockIdx.x * WB + warp / S) * R; r0 < rows; r0 += (int64_t)gridDim.x * WB * R) {
     float acc[R][NB];
 #pragma unroll
     for (int i = 0; i < R; i++)
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = 0.0f;
     if constexpr (FMT != 3) {
-      rt_terms<FMT, NB, R, U>(Ls, Wt, Wt2, T.t, nterm, r0, rows, T.xs, nb, lane, acc);
+      rt_terms<FMT, NB, R, U, S>(Ls, Wt, Wt2, T.t, nterm, r0, rows, T.xs, nb, lane, acc, part);
     } else {
       for (int k = 0; k < nterm; k++) {
         if (Ls[k].f == 1) rt_terms<1, NB, R, U>(Ls + k, Wt + k, Wt2 + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);
@@ -326,6 +351,19 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
     for (int i = 0; i < R; i++)
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = rt_warp_sum(acc[i][j]);
+    if constexpr (S > 1) { // the row set's S warps meet at barrier 1 + warp / S (all run the same row sets)
+      if (lane == 0 && part)
+#pragma unroll
+        for (int i = 0; i < R; i++) red[warp][i] = acc[i][0];
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory");
+      if (lane == 0 && !part)
+#pragma unroll
+        for (int p = 1; p < S; p++)
+#pragma unroll
+          for (int i = 0; i < R; i++) acc[i][0] += red[warp + p][i];
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory"); // red read before rewritten
+      if (part) continue;
+    }
     if (lane == 0) {
 #pragma unroll
       for (int i = 0; i < R; i++) {

@@ -47,6 +47,8 @@ struct mv_launch {
   mv_task *dev = nullptr;
   int ntask = 0, nbmax = 0, fmt = -1; // fmt: the terms' format, 3 when mixed
   bool glu = false;                   // gate/up row pairs: the launch needs an even number of rows per warp
+  bool best = false;                  // the head: argmax keys
+  int groups = 0;                     // the fewest (term, 512-column band) groups of a task's row
   int64_t rows = 0; // the most rows of any task: the grid covers them
   std::vector<int64_t> trows; // rows of each task
 };
@@ -65,6 +67,7 @@ struct gpu_session {
   int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
+  int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
   int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
@@ -243,6 +246,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
+  g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
@@ -388,10 +392,12 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   enum mtpq_status st = dalloc(g, &m->dev, v.size() * sizeof(mv_task), err);
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
-  m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0;
+  m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
   for (const mv_task &t : v) {
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const dlin &L0 = g->host_lins[t.t[0].lin];
+    const int gr = t.nterm * (int)((L0.cols + 511) / 512);
+    m->groups = !m->groups || gr < m->groups ? gr : m->groups;
     for (int k = 0; k < t.nterm; k++) { // sel-chosen experts all share the shape of expert 0
       const dlin &L = g->host_lins[t.t[k].lin];
       if (L.rows != L0.rows || L.cols != L0.cols)
@@ -471,12 +477,39 @@ template <typename K> static int resident(K kernel) {
   return (sms > 0 ? sms : 132) * (per > 0 ? per : 1);
 }
 
-template <int NB, int R, int U, int F> static void mv_run(gpu_session *g, const mv_launch &m) {
+template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session *g, const mv_launch &m) {
   static int cap = 0; // per instantiation
-  if (!cap) cap = resident(k_mv<NB, R, U, F>);
-  int64_t bx = (m.rows + 8 * R - 1) / (8 * R);
+  if (!cap) cap = resident(k_mv<NB, R, U, F, S>);
+  int64_t bx = (m.rows + 8 / S * R - 1) / (8 / S * R);
   dim3 grid((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
-  go(g, true, k_mv<NB, R, U, F>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
+  go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
+     (const int *)g->sel);
+}
+
+// One token, one row per warp by the wave rule, plain y (fc, o, the routed
+// experts' down, the router, the shared expert's gate/up): instead, sets of
+// S rows, each shared by S warps (k_mv's S = R): the same blocks and the
+// same weight loads per warp, but each band of x a warp loads serves S rows.
+// S: the most of 8, 4, 2 that leaves no warp without a (term, band) group;
+// false where this does not apply (MTPQ_CUDA_SPLITK caps S: 0 or 1 none).
+// 4K batch 1 on the H200: 150.5 -> 144.6 us, fc and o 9.7 -> 7.5 us, the
+// experts' down 12.1 -> 10.0 under ncu (tests/bench/RESULTS.md)
+template <int S> static void mv_split_run(gpu_session *g, const mv_launch &m) {
+  switch (m.fmt) {
+  case 0: mv_run<1, S, 8, 0, S>(g, m); break;
+  case 1: mv_run<1, S, 8, 1, S>(g, m); break;
+  default: mv_run<1, S, 8, 2, S>(g, m); break;
+  }
+}
+
+static bool mv_split(gpu_session *g, const mv_launch &m) {
+  if (g->splitk < 2 || m.best || m.glu || m.fmt < 0 || m.fmt > 2) return false;
+  for (int S : {8, 4, 2}) {
+    if (S > g->splitk || m.groups < S) continue;
+    S == 8 ? mv_split_run<8>(g, m) : S == 4 ? mv_split_run<4>(g, m) : mv_split_run<2>(g, m);
+    return true;
+  }
+  return false;
 }
 
 // U: loads in flight per lane: 128 bytes of weights at one token (NVFP4
@@ -547,6 +580,7 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
     int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : g->r5 && mv_blocks(m, 5) <= wave ? 5 : 8;
     // MTPQ_CUDA_FP4R for NVFP4: 1 caps every choice, 4 (the default) the wave rule's 8
     if (m.fmt == 2 && ((g->fp4r == 1 && r > 1) || (g->fp4r == 4 && r == 8))) r = g->fp4r;
+    if (r == 1 && mv_split(g, m)) break;
     r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
     break;
   }
