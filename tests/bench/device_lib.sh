@@ -2,6 +2,14 @@
 # on the GPU machine, after .ci/device-build.sh, with OUT set): the card, the
 # 80B-shaped fixture and its mtpq drafter, one timed bench-step row.
 T=/tmp/t80 # the fixture; its mtpq drafter is /tmp/q80
+# the carried libraries' own dependencies (libcurl's) are found through
+# LD_LIBRARY_PATH only, not the binaries' run path: set here too, so that
+# sourcing this file alone is enough after a build (rows timed after
+# device_alt.sh in the same call printed nothing without it)
+case ":${LD_LIBRARY_PATH:-}:" in
+  *:/tmp/deps/usr/lib/x86_64-linux-gnu:*) ;;
+  *) export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;;
+esac
 
 dev_card() {
   { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader; } |
@@ -14,13 +22,14 @@ dev_fixture() { # BUILD: gen_fixture's 80B shape (--nvfp4-target) and its drafte
 }
 
 # BUILD LABEL [VAR=VALUE...]: bench-step of the stock and mtpq drafters at
-# ${CTX:-4096}, batch 1, ${ITERS:-40} calls (--profile when ROW_PROFILE is
-# set), log in $OUT/row-LABEL.txt; prints LABEL and each drafter's us/step
+# ${CTX:-4096}, batch ${BATCH:-1}, ${ITERS:-40} calls (--profile when
+# ROW_PROFILE is set), log in $OUT/row-LABEL.txt; prints LABEL and each
+# drafter's us/step
 dev_row() {
   local b=$1 label=$2
   shift 2
   env "$@" timeout 90 "$b"/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context "${CTX:-4096}" \
-    --iters "${ITERS:-40}" ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
+    --iters "${ITERS:-40}" ${BATCH:+--batch $BATCH} ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
   printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-6)}')"
 }
 
