@@ -31,6 +31,7 @@ extern "C" {
 #include "quant/numerics.h"
 }
 #include "kernels/rt_ops.cuh"
+#include "kernels/rt_head.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -49,7 +50,7 @@ struct mv_launch {
   bool glu = false;                   // gate/up row pairs: the launch needs an even number of rows per warp
   bool best = false;                  // the head: argmax keys
   int groups = 0;                     // the fewest (term, 512-column band) groups of a task's row
-  int64_t rows = 0; // the most rows of any task: the grid covers them
+  int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
   std::vector<int64_t> trows; // rows of each task
 };
 
@@ -67,6 +68,7 @@ struct gpu_session {
   int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
+  int hmma;               // the FP8 head at one token on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
@@ -247,6 +249,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
+  g->hmma = env_on("MTPQ_CUDA_HEAD_MMA");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
@@ -405,6 +408,7 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
       m->fmt = m->fmt < 0 || m->fmt == L.f ? L.f : 3;
     }
     m->rows = L0.rows > m->rows ? L0.rows : m->rows;
+    if (&t == &v[0]) m->cols = L0.cols;
     m->trows.push_back(L0.rows);
   }
   return MTPQ_OK;
@@ -547,8 +551,25 @@ template <int NB> static void mv_big(gpu_session *g, const mv_launch &m) {
   m.fmt == 1 ? mv_run<NB, R1, 8, 1>(g, m) : mv_run<NB, R0, 8, 0>(g, m);
 }
 
+// The FP8 head at one token on tensor cores where it applies (k_head_mma:
+// one task, cols % 64 == 0, its x pieces within 48 KB of shared memory)
+static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
+  const size_t smem = (size_t)3 * (size_t)(m.cols + 16) * 2;
+  if (!g->hmma || !g->fast || !m.best || m.fmt != 1 || m.nbmax != 1 || m.ntask != 1 || m.cols % 64 ||
+      smem > 48 * 1024)
+    return false;
+  static int per = 0;
+  if (!per && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma, 256, smem) != cudaSuccess || per < 1))
+    per = 1;
+  const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
+  go(g, true, k_head_mma, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem, (const dlin *)g->lins,
+     (const mv_task *)m.dev, (const int *)g->sel);
+  return true;
+}
+
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
+  if (launch_head_mma(g, m)) return;
   const int NB = m.nbmax <= 1 ? 1 : m.nbmax <= 2 ? 2 : m.nbmax <= 4 ? 4 : 8;
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;
