@@ -1,39 +1,67 @@
-// The FP8 head at one token on tensor cores (included by
+// The FP8 and BF16 heads at one token on tensor cores (included by
 // kernels/runtime_cuda.cu after rt_ops.cuh). Why: the FFMA head (k_mv<1, 8,
 // 8, 1>) spends ~2.5 instructions per weight (E4M3 pair -> half pair, half
 // -> float, FFMA) and issues 0.58 per cycle per scheduler at 75% of DRAM
 // (tests/bench/RESULTS.md); here a warp's 16 rows x 16 columns take 4
 // conversions and one mma.sync, ~0.08 instructions per weight.
 //
-// Exactness: E4M3 is exact in f16. x (float) is carried as three f16 pieces
-// hi + mid + lo of x * 2^s (s: a power of two putting the block's largest
-// |x| in [2^14, 2^15), so nothing overflows and the pieces keep x to 2^-24
-// of that largest |x|), placed in the MMA's token columns 0, 1, 2; each
-// product of an f16 weight and an f16 piece is exact in the f32
-// accumulator. The sums' order is the tensor core's, not k_mv's, hence the
-// gpu tests' tolerance and argmax comparisons.
+// Exactness: E4M3 is exact in f16 (FP8 heads: f16 MMA), BF16 weights are
+// bf16 (BF16 heads: bf16 MMA). x (float) is carried as three pieces hi +
+// mid + lo of x * 2^s in the same half type (s: a power of two putting the
+// block's largest |x| in [2^14, 2^15), so nothing overflows in f16 and the
+// pieces keep x to 2^-24 of that largest |x|; three bf16 pieces hold all 24
+// bits), placed in the MMA's token columns 0, 1, 2; each product of a
+// weight and a piece is exact in the f32 accumulator. The sums' order is
+// the tensor core's, not k_mv's, hence the gpu tests' tolerance and argmax
+// comparisons.
 //
 // Layout (PTX m16n8k16, f16 in, f32 accumulate): lane (g = lane / 4, t =
 // lane % 4) holds A rows g and g + 8 at k slots 2t, 2t + 1, 2t + 8, 2t + 9
 // and B column g at the same slots. A dot product does not care which
 // column a k slot stands for, so slot order is chosen to match the loads:
-// lane (g, t) loads the 16 bytes at columns c = 64 b + 16 t of rows g and g
-// + 8 for band b, and its MMA j of the band takes columns c + 4j .. c + 4j
-// + 3 (word j of each load); the B piece n is then x's columns c + 4j ..
-// c + 4j + 3 too, read by lane (n, t) from shared memory in natural order.
+// lane (g, t) loads columns c = 64 b + 16 t .. c + 15 of rows g and g + 8
+// for band b (16 bytes of FP8, 32 of BF16), and its MMA j of the band takes
+// columns c + 4j .. c + 4j + 3 (FP8: word j; BF16: words 2j, 2j + 1); the B
+// piece n is then x's columns c + 4j .. c + 4j + 3 too, read by lane (n, t)
+// from shared memory in natural order. tests/bench/emu_head_mma.py checks
+// this assembly against the PTX layout.
 #pragma once
+#include <cuda_bf16.h>
+#include <type_traits>
 
-#define RT_HMMA_U 4 // bands (64 columns) of loads in flight per lane: 8 x 16 bytes, as k_mv's head
-
+// D += A B, m16n8k16, f32 accumulate; BF: bf16 operands, else f16
+template <bool BF>
 __device__ __forceinline__ void rt_mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                             uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  if constexpr (BF)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #endif
 }
+
+// v as three pieces of the half type H (hi + mid + lo), each a round to nearest of what is left
+template <typename H> __device__ __forceinline__ void rt_split3(float v, H &hi, H &mid, H &lo) {
+  if constexpr (std::is_same<H, __half>::value) {
+    hi = __float2half_rn(v);
+    const float r1 = v - __half2float(hi); // exact (v and hi agree above hi's last bit)
+    mid = __float2half_rn(r1);
+    lo = __float2half_rn(r1 - __half2float(mid));
+  } else {
+    hi = __float2bfloat16_rn(v);
+    const float r1 = v - __bfloat162float(hi);
+    mid = __float2bfloat16_rn(r1);
+    lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));
+  }
+}
+
 
 // two E4M3 bytes (the low one first) as an f16 pair, exact
 __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
@@ -41,10 +69,14 @@ __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
   return (uint32_t)h.x | (uint32_t)h.y << 16;
 }
 
-// blockDim 256, one task (the head: T.best, optionally T.logits), FP8,
-// cols % 64 == 0; dynamic shared memory: 3 x (cols + 16) halves (the pieces,
-// rows padded by 32 bytes against bank conflicts)
+// blockDim 256, one task (the head: T.best, optionally T.logits), F = 1
+// (FP8) or 0 (BF16), cols % 64 == 0; dynamic shared memory: 3 x (cols + 16)
+// halves (the pieces, rows padded by 32 bytes against bank conflicts)
+template <int F>
 __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
+  using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
+  constexpr int U = F == 1 ? 4 : 2;  // bands of loads in flight: 8 x 16 bytes per lane, as k_mv's head
+  constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
   extern __shared__ __align__(16) unsigned char rt_hsm[];
   __shared__ mv_task T;
   __shared__ unsigned long long bbest[8];
@@ -61,20 +93,23 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   const dlin L = tab[T.t[0].lin];
   const int cols = (int)L.cols, nband = cols / 64, ps = cols + 16;
   const int64_t rows = L.rows, ntile = (rows + 15) / 16;
-  __half *pc = reinterpret_cast<__half *>(rt_hsm);
+  H *pc = reinterpret_cast<H *>(rt_hsm);
   // the first tile's first batch of weights before the wait (they are constant)
   int64_t tile = (int64_t)blockIdx.x * 8 + warp;
-  uint4 ra[RT_HMMA_U], rb[RT_HMMA_U];
+  uint4 ra[U][NL], rb[U][NL];
+  const size_t rowb = (size_t)cols * (F == 1 ? 1 : 2); // bytes a row
   auto load = [&](int64_t tl, int b0) {
     const int64_t r = tl * 16 + g;
 #pragma unroll
-    for (int u = 0; u < RT_HMMA_U; u++) {
+    for (int u = 0; u < U; u++) {
       const int b = b0 + u;
       const bool okb = tl < ntile && b < nband;
-      const uint8_t *p = L.w + (size_t)b * 64 + t * 16;
-      ra[u] = okb && r < rows ? __ldcs(reinterpret_cast<const uint4 *>(p + (size_t)r * cols)) : make_uint4(0, 0, 0, 0);
-      rb[u] = okb && r + 8 < rows ? __ldcs(reinterpret_cast<const uint4 *>(p + (size_t)(r + 8) * cols))
-                                  : make_uint4(0, 0, 0, 0);
+      const uint4 *p = reinterpret_cast<const uint4 *>(L.w + (size_t)(b * 64 + t * 16) * (F == 1 ? 1 : 2));
+#pragma unroll
+      for (int h = 0; h < NL; h++) {
+        ra[u][h] = okb && r < rows ? __ldcs(p + (size_t)r * rowb / 16 + h) : make_uint4(0, 0, 0, 0);
+        rb[u][h] = okb && r + 8 < rows ? __ldcs(p + (size_t)(r + 8) * rowb / 16 + h) : make_uint4(0, 0, 0, 0);
+      }
     }
   };
   load(tile, 0);
@@ -85,35 +120,39 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   for (int c = tid; c < cols; c += 256) m = fmaxf(m, fabsf(x[c]));
   m = rt_block_reduce(m, 0, 8, fsh);
   const int s = m > 0.0f ? 14 - ilogbf(m) : 0; // m * 2^s in [2^14, 2^15)
-  for (int c = tid; c < cols; c += 256) {
-    const float v = ldexpf(x[c], s);
-    const __half h = __float2half_rn(v);
-    const float r1 = v - __half2float(h); // exact (v and h agree above h's last bit)
-    const __half mid = __float2half_rn(r1);
-    const __half lo = __float2half_rn(r1 - __half2float(mid));
-    pc[c] = h, pc[ps + c] = mid, pc[2 * ps + c] = lo;
-  }
+  for (int c = tid; c < cols; c += 256) rt_split3<H>(ldexpf(x[c], s), pc[c], pc[ps + c], pc[2 * ps + c]);
   __syncthreads();
-  const float post = ldexpf(L.s, -s); // the FP8 tensor scale and 2^-s, applied to each row's sum
+  const float post = ldexpf(F == 1 ? L.s : 1.0f, -s); // the FP8 tensor scale and 2^-s, applied to each row's sum
   unsigned long long mybest = 0;
   for (; tile < ntile; tile += (int64_t)gridDim.x * 8) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int b0 = 0; b0 < nband; b0 += RT_HMMA_U) {
+    for (int b0 = 0; b0 < nband; b0 += U) {
       if (b0) load(tile, b0);
 #pragma unroll
-      for (int u = 0; u < RT_HMMA_U; u++) {
+      for (int u = 0; u < U; u++) {
         if (b0 + u >= nband) continue;
         uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0;
         if (g < 3) { // piece g of x's columns c .. c + 15
           const uint4 *p = reinterpret_cast<const uint4 *>(pc + g * ps + (b0 + u) * 64 + t * 16);
           q0 = p[0], q1 = p[1];
         }
-        const uint32_t wa[4] = {ra[u].x, ra[u].y, ra[u].z, ra[u].w}, wb[4] = {rb[u].x, rb[u].y, rb[u].z, rb[u].w};
         const uint32_t xb[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        if constexpr (F == 1) {
+          const uint4 &A = ra[u][0], &B = rb[u][0];
+          const uint32_t wa[4] = {A.x, A.y, A.z, A.w}, wb[4] = {B.x, B.y, B.z, B.w};
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-          rt_mma16816(acc, rt_e4m3x2_h2(wa[j]), rt_e4m3x2_h2(wb[j]), rt_e4m3x2_h2(wa[j] >> 16),
-                      rt_e4m3x2_h2(wb[j] >> 16), xb[2 * j], xb[2 * j + 1]);
+          for (int j = 0; j < 4; j++)
+            rt_mma16816<false>(acc, rt_e4m3x2_h2(wa[j]), rt_e4m3x2_h2(wb[j]), rt_e4m3x2_h2(wa[j] >> 16),
+                               rt_e4m3x2_h2(wb[j] >> 16), xb[2 * j], xb[2 * j + 1]);
+        } else { // a BF16 word is a column pair already
+          const uint32_t wa[8] = {ra[u][0].x, ra[u][0].y, ra[u][0].z, ra[u][0].w,
+                                  ra[u][1].x, ra[u][1].y, ra[u][1].z, ra[u][1].w};
+          const uint32_t wb[8] = {rb[u][0].x, rb[u][0].y, rb[u][0].z, rb[u][0].w,
+                                  rb[u][1].x, rb[u][1].y, rb[u][1].z, rb[u][1].w};
+#pragma unroll
+          for (int j = 0; j < 4; j++)
+            rt_mma16816<true>(acc, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], xb[2 * j], xb[2 * j + 1]);
+        }
       }
     }
     // row g: columns 0 and 1 in lane (g, 0), column 2 in lane (g, 1) (acc[0], acc[1]); row g + 8: acc[2], acc[3]

@@ -68,7 +68,7 @@ struct gpu_session {
   int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
-  int hmma;               // the FP8 head at one token on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA=0: not)
+  int hmma;               // the FP8/BF16 head at one token on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
@@ -551,19 +551,24 @@ template <int NB> static void mv_big(gpu_session *g, const mv_launch &m) {
   m.fmt == 1 ? mv_run<NB, R1, 8, 1>(g, m) : mv_run<NB, R0, 8, 0>(g, m);
 }
 
-// The FP8 head at one token on tensor cores where it applies (k_head_mma:
-// one task, cols % 64 == 0, its x pieces within 48 KB of shared memory)
-static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
-  const size_t smem = (size_t)3 * (size_t)(m.cols + 16) * 2;
-  if (!g->hmma || !g->fast || !m.best || m.fmt != 1 || m.nbmax != 1 || m.ntask != 1 || m.cols % 64 ||
-      smem > 48 * 1024)
-    return false;
-  static int per = 0;
-  if (!per && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma, 256, smem) != cudaSuccess || per < 1))
+// The FP8 or BF16 head at one token on tensor cores where it applies
+// (k_head_mma: one task, cols % 64 == 0, its x pieces within 48 KB of
+// shared memory)
+template <int F> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+  static int per = 0; // per instantiation
+  if (!per && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F>, 256, smem) != cudaSuccess || per < 1))
     per = 1;
   const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
-  go(g, true, k_head_mma, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem, (const dlin *)g->lins,
+  go(g, true, k_head_mma<F>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem, (const dlin *)g->lins,
      (const mv_task *)m.dev, (const int *)g->sel);
+}
+
+static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
+  const size_t smem = (size_t)3 * (size_t)(m.cols + 16) * 2;
+  if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.nbmax != 1 || m.ntask != 1 ||
+      m.cols % 64 || smem > 48 * 1024)
+    return false;
+  m.fmt == 1 ? head_mma_run<1>(g, m, smem) : head_mma_run<0>(g, m, smem);
   return true;
 }
 

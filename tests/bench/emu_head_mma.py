@@ -1,17 +1,25 @@
 # Dev check for branch issue7-head-mma (not a test): emulates k_head_mma's fragment assembly
 # (kernels/rt_head.cuh) against the PTX m16n8k16 layout (f16 A/B, f32 C) in float64 and compares
-# with W @ x; the x pieces (hi + mid + lo of x * 2^s) are checked with it. python3 emu_head_mma.py
+# with W @ x; the x pieces (hi + mid + lo of x * 2^s) are checked with it.
+# python3 emu_head_mma.py fp8|bf16
 import numpy as np, ml_dtypes
 rng = np.random.default_rng(1)
+import sys
+fmt = sys.argv[1] if len(sys.argv) > 1 else 'fp8'   # fp8: f16 MMA; bf16: bf16 MMA
 rows, cols = 48, 256                     # 3 tiles, 4 bands
-Wb = rng.integers(0, 256, size=(rows, cols), dtype=np.uint8)
-Wb[(Wb & 0x7F) == 0x7F] = 0              # no NaN codes
-Wf = Wb.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+if fmt == 'fp8':
+    Wb = rng.integers(0, 256, size=(rows, cols), dtype=np.uint8)
+    Wb[(Wb & 0x7F) == 0x7F] = 0          # no NaN codes
+    Wf = Wb.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    P = np.float16
+else:
+    Wf = rng.standard_normal((rows, cols)).astype(ml_dtypes.bfloat16).astype(np.float64)
+    P = ml_dtypes.bfloat16
 x = (rng.standard_normal(cols) * np.exp(rng.uniform(-6, 3, cols))).astype(np.float32)
 m = np.max(np.abs(x)); s = 14 - int(np.floor(np.log2(m)))
 v = np.ldexp(x, s).astype(np.float32)
-hi = v.astype(np.float16); r1 = (v - hi.astype(np.float32)).astype(np.float32)
-mid = r1.astype(np.float16); lo = (r1 - mid.astype(np.float32)).astype(np.float32).astype(np.float16)
+hi = v.astype(P); r1 = (v - hi.astype(np.float32)).astype(np.float32)
+mid = r1.astype(P); lo = (r1 - mid.astype(np.float32)).astype(np.float32).astype(P)
 pieces = [hi, mid, lo]
 def h2(pair):  # two f16 values as a "register": tuple
     return tuple(pair)
@@ -51,5 +59,5 @@ for tile in range(rows // 16):
         y[tile*16 + g + 8] = (acc[g*4][2] + acc[g*4][3] + acc[g*4+1][2]) * 2.0 ** -s
 ref = Wf @ x.astype(np.float64)
 err = np.max(np.abs(y - ref) / (np.abs(Wf) @ np.abs(x.astype(np.float64))))
-print("max error relative to sum |w x|:", err)
+print(fmt, "max error relative to sum |w x|:", err)
 assert err < 1e-12, err
