@@ -296,9 +296,9 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // move them, tests/bench/RESULTS.md).
 template <int NB, int R, int U, int FMT, int S = 1>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
-  static_assert(S == 1 || (NB == 1 && FMT != 3 && 8 % S == 0 && R == S), "split rows: one token, one format, R = S");
+  static_assert(S == 1 || (FMT != 3 && 8 % S == 0 && R % S == 0), "split rows: one format, S | R");
   constexpr int WB = 8 / S; // row sets a block
-  __shared__ float red[S > 1 ? 8 : 1][R];
+  __shared__ float red[S > 1 ? 8 : 1][R][NB];
   __shared__ mv_task T;
   __shared__ dlin Ls[RT_TMAX];
   __shared__ float Wt[RT_TMAX], Wt2[RT_TMAX];
@@ -354,13 +354,17 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
     if constexpr (S > 1) { // the row set's S warps meet at barrier 1 + warp / S (all run the same row sets)
       if (lane == 0 && part)
 #pragma unroll
-        for (int i = 0; i < R; i++) red[warp][i] = acc[i][0];
+        for (int i = 0; i < R; i++)
+#pragma unroll
+          for (int j = 0; j < NB; j++) red[warp][i][j] = acc[i][j];
       asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory");
       if (lane == 0 && !part)
 #pragma unroll
         for (int p = 1; p < S; p++)
 #pragma unroll
-          for (int i = 0; i < R; i++) acc[i][0] += red[warp + p][i];
+          for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int j = 0; j < NB; j++) acc[i][j] += red[warp + p][i][j];
       asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory"); // red read before rewritten
       if (part) continue;
     }

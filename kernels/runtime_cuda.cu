@@ -498,20 +498,35 @@ template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session
 // false where this does not apply (MTPQ_CUDA_SPLITK caps S: 0 or 1 none).
 // 4K batch 1 on the H200: 150.5 -> 144.6 us, fc and o 9.7 -> 7.5 us, the
 // experts' down 12.1 -> 10.0 under ncu (tests/bench/RESULTS.md)
-template <int S> static void mv_split_run(gpu_session *g, const mv_launch &m) {
-  switch (m.fmt) {
-  case 0: mv_run<1, S, 8, 0, S>(g, m); break;
-  case 1: mv_run<1, S, 8, 1, S>(g, m); break;
-  default: mv_run<1, S, 8, 2, S>(g, m); break;
+template <int NB, int R, int S> static void mv_split_run(gpu_session *g, const mv_launch &m) {
+  if constexpr (NB == 1) {
+    switch (m.fmt) {
+    case 0: mv_run<1, R, 8, 0, S>(g, m); break;
+    case 1: mv_run<1, R, 8, 1, S>(g, m); break;
+    default: mv_run<1, R, 8, 2, S>(g, m); break;
+    }
+  } else { // dense FP8/BF16 only (routed tasks are one token each); U: a multiple of R
+    constexpr int U = NB >= 4 ? (R > 4 ? R : 4) : 8;
+    m.fmt == 1 ? mv_run<NB, R, U, 1, S>(g, m) : mv_run<NB, R, U, 0, S>(g, m);
   }
 }
 
-static bool mv_split(gpu_session *g, const mv_launch &m) {
-  if (g->splitk < 2 || m.best || m.glu || m.fmt < 0 || m.fmt > 2) return false;
+// r: the rows per warp the wave rule chose (1, or 2 at 2..8 tokens); the
+// launch runs as sets of R = r x S rows, each shared by S warps (the same
+// blocks); instances: those ptxas fits without spills
+template <int NB> static bool mv_split(gpu_session *g, const mv_launch &m, int r) {
+  if (g->splitk < 2 || m.best || m.glu || m.fmt < 0 || m.fmt > (NB == 1 ? 2 : 1)) return false;
   for (int S : {8, 4, 2}) {
     if (S > g->splitk || m.groups < S) continue;
-    S == 8 ? mv_split_run<8>(g, m) : S == 4 ? mv_split_run<4>(g, m) : mv_split_run<2>(g, m);
-    return true;
+    if constexpr (NB == 1) {
+      if (r != 1) return false;
+      return S == 8 ? mv_split_run<1, 8, 8>(g, m) : S == 4 ? mv_split_run<1, 4, 4>(g, m) : mv_split_run<1, 2, 2>(g, m),
+             true;
+    } else {
+      if (S == 8) continue;
+      if (r == 1) return S == 4 ? mv_split_run<NB, 4, 4>(g, m) : mv_split_run<NB, 2, 2>(g, m), true;
+      if (r == 2 && S == 2) return mv_split_run<NB, 4, 2>(g, m), true;
+    }
   }
   return false;
 }
@@ -606,13 +621,26 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
     int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : g->r5 && mv_blocks(m, 5) <= wave ? 5 : 8;
     // MTPQ_CUDA_FP4R for NVFP4: 1 caps every choice, 4 (the default) the wave rule's 8
     if (m.fmt == 2 && ((g->fp4r == 1 && r > 1) || (g->fp4r == 4 && r == 8))) r = g->fp4r;
-    if (r == 1 && mv_split(g, m)) break;
+    if (r == 1 && mv_split<1>(g, m, 1)) break;
     r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
     break;
   }
-  case 2: mv_blocks(m, 1) <= wave ? mv_go<2, 1>(g, m) : mv_go<2, 2>(g, m); break;
-  case 4: mv_blocks(m, 1) <= wave ? mv_go<4, 1>(g, m) : mv_go<4, 2>(g, m); break;
-  default: mv_blocks(m, 1) <= wave ? mv_go<8, 1>(g, m) : mv_go<8, 2>(g, m); break;
+  // (1 or 2 rows per warp; as row sets shared by warps where mv_split applies)
+  case 2: {
+    const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
+    if (!mv_split<2>(g, m, r)) r == 1 ? mv_go<2, 1>(g, m) : mv_go<2, 2>(g, m);
+    break;
+  }
+  case 4: {
+    const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
+    if (!mv_split<4>(g, m, r)) r == 1 ? mv_go<4, 1>(g, m) : mv_go<4, 2>(g, m);
+    break;
+  }
+  default: {
+    const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
+    if (!mv_split<8>(g, m, r)) r == 1 ? mv_go<8, 1>(g, m) : mv_go<8, 2>(g, m);
+    break;
+  }
   }
 }
 
