@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
   for (int u = 0; u < n_tok; u++)
     if (seq[u] == sq_ && pos[u] < fresh) fresh = pos[u];
   const int64_t cbase = (int64_t)sq_ * max_pos * KV + (int64_t)g * D;
-  const int d4 = D / 4, nc = n * d4;
+  const int d4 = D / 4;
   // rows [0, nf) were written by earlier launches (copied before the wait),
   // rows [nf, n) by this one; a thread's chunk c is (row c / d4, column
   // c % d4), stepped by 256 chunks = cq rows and cr columns (no division in
