@@ -83,11 +83,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   __shared__ float fsh[9];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   rt_trigger();
-  {
-    const int *src = reinterpret_cast<const int *>(tasks);
-    int *dst = reinterpret_cast<int *>(&T);
-    for (int i = tid; i < (int)(sizeof(mv_task) / 4); i += 256) dst[i] = src[i];
-  }
+  rt_task_load(tasks, T);
   if (tid < 8) bbest[tid] = 0;
   __syncthreads();
   const dlin L = tab[T.t[0].lin];

@@ -84,6 +84,15 @@ __device__ __forceinline__ void rt_prefetch_l2(const void *p, uint32_t bytes) {
 #endif
 }
 
+// A launch's task into shared memory, a word per thread of the block
+// (blockDim 256; a struct copy by one thread went through local memory);
+// the caller syncs
+__device__ __forceinline__ void rt_task_load(const mv_task *src, mv_task &T) {
+  const int *s = reinterpret_cast<const int *>(src);
+  int *d = reinterpret_cast<int *>(&T);
+  for (int i = threadIdx.x; i < (int)(sizeof(mv_task) / 4); i += 256) d[i] = s[i];
+}
+
 // silu(g) * u, as k_swiglu computes it (the products' gate/up epilogue uses the same)
 __device__ __forceinline__ float rt_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
@@ -305,11 +314,7 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
   __shared__ unsigned long long bbest[8][NB];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   rt_trigger();
-  { // the task, copied by all threads
-    const int *src = reinterpret_cast<const int *>(tasks + blockIdx.y);
-    int *dst = reinterpret_cast<int *>(&T);
-    for (int i = tid; i < (int)(sizeof(mv_task) / 4); i += 256) dst[i] = src[i];
-  }
+  rt_task_load(tasks + blockIdx.y, T);
   __syncthreads();
   // a routed term's weights depend on sel and its weight on the routing, so
   // such tasks wait here; a dense task's table entry and scale are the
@@ -415,11 +420,7 @@ __device__ __forceinline__ float rt_elem(const dlin &L, int64_t r, int64_t c) {
 __global__ void __launch_bounds__(256) k_mv_any(const dlin *tab, const mv_task *tasks, const int *sel) {
   __shared__ mv_task T;
   rt_trigger();
-  { // the task, copied by all threads (a struct copy by one thread went through local memory)
-    const int *src = reinterpret_cast<const int *>(tasks + blockIdx.y);
-    int *dst = reinterpret_cast<int *>(&T);
-    for (int i = threadIdx.x; i < (int)(sizeof(mv_task) / 4); i += 256) dst[i] = src[i];
-  }
+  rt_task_load(tasks + blockIdx.y, T);
   rt_wait();
   __syncthreads();
   const int lane = threadIdx.x & 31;

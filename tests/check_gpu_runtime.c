@@ -160,7 +160,8 @@ START_TEST(test_random_shapes) {
                                  the batched drafts (3 sequences) run at 4 */
                               {64, 16, 32, 4, 2, 16, 60000, 1},
                               /* at one token on 132 SMs, 5 rows per warp (one wave, where 4 is over it):
-                                 the routed gate/up (20 tasks of 480 rows) and the 9,000-row BF16 head */
+                                 the 9,000-row BF16 head; the routed gate/up, as 10 row-pair matrices of 960
+                                 rows, at 6 (their own rule) */
                               {64, 16, 480, 4, 2, 16, 9000, 1},
                               /* at one token, 2 or more bands of x in every product: row sets shared by
                                  warps (k_mv S: fc 4 bands, S = 4; o 8 bands, S = 8), q/k/v of 9,216 FP8 rows
