@@ -35,12 +35,13 @@ dev_row() {
 
 # BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K, batch 1 (or
 # NCU_BATCH), under ncu, kernel by kernel (serialised: each kernel's duration
-# alone; call 50: the stock row makes 45 calls at --iters 40); the second
+# alone; call 50: the stock row makes 45 calls at --iters 40, so NCU_CALL=10
+# records the stock drafter's instead); the second
 # step's kernels and their sum in $OUT/ncu-LABEL-summary.txt
 dev_ncu() {
   local b=$1 label=$2
   timeout 120 ncu --clock-control none --cache-control none --profile-from-start off --csv --page raw \
-    --metrics gpu__time_duration.sum --log-file "$OUT/ncu-$label.csv" env MTPQ_CUDA_PROFILE_CALL=50 "$b"/mtpq \
+    --metrics gpu__time_duration.sum --log-file "$OUT/ncu-$label.csv" env MTPQ_CUDA_PROFILE_CALL=${NCU_CALL:-50} "$b"/mtpq \
     bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 ${NCU_BATCH:+--batch $NCU_BATCH} \
     > "$OUT/ncu-$label-run.txt" 2>&1
   python3 - "$OUT/ncu-$label.csv" <<'PY' | tee "$OUT/ncu-$label-summary.txt"

@@ -1,0 +1,213 @@
+// What a chain of dependent kernels costs on this GPU by itself: the floor
+// under a kernel-per-operation draft step (issue 7). A step at 4K batch 1 is
+// 15 dependent kernels on its critical path; this times graphs of 15 kernels
+// that do nothing but stream the bytes the real ones read (the 80B shape's
+// sizes, tests/bench/RESULTS.md), so the gap between the real step and this
+// is the kernels' own work and the gap between this and bytes / HBM is the
+// chain's. Stand-alone (no mtpq code), built on the GPU machine:
+//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/chain_floor tests/bench/chain_floor.cu
+//   /tmp/chain_floor
+// Prints one row per variant: us per graph (median of 9 runs of 100 launches).
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));        \
+      return 1;                                                                                 \
+    }                                                                                           \
+  } while (0)
+
+// streams n16 16-byte words of w (8 loads in flight per thread), before or
+// after griddepcontrol.wait; sink written only on an impossible value so the
+// loads stay
+__global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, unsigned *sink, int before) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  if (!before) asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t st = (int64_t)gridDim.x * blockDim.x;
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned a = 0;
+  for (; i + 7 * st < n16; i += 8 * st) {
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) v[u] = __ldcs(w + i + u * st);
+#pragma unroll
+    for (int u = 0; u < 8; u++) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n16; i += st) {
+    const uint4 v = __ldcs(w + i);
+    a ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (before) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
+}
+
+// a grid-wide barrier for a persistent kernel whose blocks are all resident:
+// the last block to arrive resets the count and moves the generation on
+__device__ void grid_bar(unsigned *count, volatile unsigned *gen, unsigned nb) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned g = *gen;
+    __threadfence();
+    if (atomicAdd(count, 1u) == nb - 1) {
+      *count = 0;
+      __threadfence();
+      atomicAdd((unsigned *)gen, 1u);
+    } else
+      while (*gen == g) {
+      }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// the same streams as one kernel: phase p reads n16[p] words at buf + off[p],
+// a grid barrier between phases (what a persistent step kernel would pay
+// instead of kernel boundaries)
+__global__ void __launch_bounds__(256) k_persist(const uint8_t *buf, const int64_t *off, const int64_t *n16,
+                                                 int nphase, unsigned *bar, unsigned *sink) {
+  const int64_t st = (int64_t)gridDim.x * blockDim.x;
+  unsigned a = 0;
+  for (int p = 0; p < nphase; p++) {
+    const uint4 *w = reinterpret_cast<const uint4 *>(buf + off[p]);
+    const int64_t n = n16[p];
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 7 * st < n; i += 8 * st) {
+      uint4 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; u++) v[u] = __ldcs(w + i + u * st);
+#pragma unroll
+      for (int u = 0; u < 8; u++) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n; i += st) {
+      const uint4 v = __ldcs(w + i);
+      a ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (p + 1 < nphase) grid_bar(bar, bar + 32, gridDim.x);
+  }
+  if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
+}
+
+int main() {
+  // bytes each kernel of the step's critical path reads (4K, batch 1): prep,
+  // fc, norm, q/k/v, attention (float K/V of 4,096 positions), combine, o,
+  // residual+norm, router, routing, routed gate/up, down, final norm, head,
+  // feedback
+  const double MB = 1e6;
+  const std::vector<double> step = {0.004 * MB, 8.39 * MB, 0, 18.87 * MB, 16.78 * MB, 0, 8.39 * MB, 0,
+                                    2.10 * MB,  0,          11.1 * MB, 5.9 * MB, 0, 201.9 * MB, 0};
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  double total = 0;
+  for (double b : step) total += b;
+  uint8_t *buf;
+  unsigned *sink;
+  CK(cudaMalloc(&buf, (size_t)(total + 64 * step.size())));
+  CK(cudaMemset(buf, 1, (size_t)(total + 64 * step.size())));
+  CK(cudaMalloc(&sink, 4096));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // HBM read rate of one big stream, for the floor
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  struct variant {
+    const char *name;
+    int pdl, before, bytes, head, chain, blocks_per_sm;
+    int fused;   // 1: the byte-free kernels (norms, combine, routing, feedback) folded into their neighbours
+    int persist; // one persistent kernel, a grid barrier between phases
+  };
+  const variant vs[] = {
+      {"15 empty kernels, no PDL", 0, 0, 0, 1, 1, 8},
+      {"15 empty kernels, PDL", 1, 0, 0, 1, 1, 8},
+      {"step bytes, loads after wait, no PDL", 0, 0, 1, 1, 1, 8},
+      {"step bytes, loads after wait, PDL", 1, 0, 1, 1, 1, 8},
+      {"step bytes, loads before wait, PDL", 1, 1, 1, 1, 1, 8},
+      {"step bytes, loads after wait, PDL, 2 blocks/SM", 1, 0, 1, 1, 1, 2},
+      {"head alone (201.9 MB)", 1, 0, 1, 1, 0, 8},
+      {"chain without the head, loads after wait, PDL", 1, 0, 1, 0, 1, 8},
+      {"8 kernels (byte-free ones folded in), after wait, PDL", 1, 0, 1, 1, 1, 8, 1},
+      {"8 kernels, loads before wait, PDL", 1, 1, 1, 1, 1, 8, 1},
+      {"one persistent kernel, 15 phases, 4 blocks/SM", 0, 0, 1, 1, 1, 4, 0, 1},
+      {"one persistent kernel, 8 phases, 4 blocks/SM", 0, 0, 1, 1, 1, 4, 1, 1},
+      {"one persistent kernel, 15 phases, no bytes", 0, 0, 0, 1, 1, 4, 0, 1},
+  };
+  unsigned *bar;
+  int64_t *d_off, *d_n16;
+  CK(cudaMalloc(&bar, 256));
+  CK(cudaMemset(bar, 0, 256));
+  CK(cudaMalloc(&d_off, 64 * sizeof(int64_t)));
+  CK(cudaMalloc(&d_n16, 64 * sizeof(int64_t)));
+  int occ = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_persist, 256, 0));
+  printf("%d SMs; step bytes %.2f MB\n", sms, total / MB);
+  printf("%-50s %10s %10s\n", "variant", "us/graph", "GB/s");
+  for (const variant &v : vs) {
+    cudaGraph_t gr;
+    cudaGraphExec_t ex;
+    // the kernels (or phases) of this variant: offset, bytes, index in step
+    struct item {
+      size_t o;
+      double b;
+      size_t k;
+    };
+    std::vector<item> it;
+    size_t off = 0;
+    double bytes = 0;
+    for (size_t k = 0; k < step.size(); k++) {
+      const bool is_head = k == 13;
+      const size_t o = off;
+      off += (size_t)step[k] / 64 * 64 + 64;
+      if ((is_head && !v.head) || (!is_head && !v.chain)) continue;
+      if (v.fused && step[k] == 0 && k != 0) continue; // k 0 (prep) stays: it starts the step
+      it.push_back(item{o, v.bytes ? step[k] : 0, k});
+      bytes += it.back().b;
+    }
+    if (v.persist) { // the phase table before the capture (no copies while capturing)
+      if (occ < v.blocks_per_sm) {
+        printf("%-50s (needs %d blocks per SM resident, %d fit)\n", v.name, v.blocks_per_sm, occ);
+        continue;
+      }
+      std::vector<int64_t> h_off, h_n16;
+      for (const item &x : it) h_off.push_back((int64_t)x.o), h_n16.push_back((int64_t)(x.b / 16));
+      CK(cudaMemcpy(d_off, h_off.data(), h_off.size() * 8, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(d_n16, h_n16.data(), h_n16.size() * 8, cudaMemcpyHostToDevice));
+    }
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    if (v.persist)
+      k_persist<<<sms * v.blocks_per_sm, 256, 0, s>>>(buf, d_off, d_n16, (int)it.size(), bar, sink);
+    else
+      for (const item &x : it) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)(sms * v.blocks_per_sm)), cfg.blockDim = dim3(256), cfg.stream = s;
+        cfg.attrs = at, cfg.numAttrs = v.pdl && x.k > 0 ? 1 : 0;
+        CK(cudaLaunchKernelEx(&cfg, k_stream, (const uint4 *)(buf + x.o), (int64_t)(x.b / 16), sink, v.before));
+      }
+    CK(cudaStreamEndCapture(s, &gr));
+    CK(cudaGraphInstantiate(&ex, gr, 0));
+    for (int i = 0; i < 20; i++) CK(cudaGraphLaunch(ex, s));
+    std::vector<float> t;
+    for (int r = 0; r < 9; r++) {
+      CK(cudaEventRecord(e0, s));
+      for (int i = 0; i < 100; i++) CK(cudaGraphLaunch(ex, s));
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms * 1e3f / 100);
+    }
+    std::sort(t.begin(), t.end());
+    printf("%-50s %10.1f %10.1f\n", v.name, t[4], bytes > 0 ? bytes / (t[4] * 1e-6) / 1e9 : 0.0);
+    CK(cudaGraphExecDestroy(ex));
+    CK(cudaGraphDestroy(gr));
+  }
+  return 0;
+}
