@@ -1,4 +1,4 @@
-# Dev check for branch issue7-head-mma (not a test): emulates k_head_mma's fragment assembly
+# Dev check for k_head_mma (not a test): emulates k_head_mma's fragment assembly
 # (kernels/rt_head.cuh) against the PTX m16n8k16 layout (f16 A/B, f32 C) in float64 and compares
 # with W @ x; the x pieces (hi + mid + lo of x * 2^s) are checked with it.
 # python3 emu_head_mma.py fp8|bf16
