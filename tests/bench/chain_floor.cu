@@ -23,12 +23,9 @@
     }                                                                                           \
   } while (0)
 
-// streams n16 16-byte words of w (8 loads in flight per thread), before or
-// after griddepcontrol.wait; sink written only on an impossible value so the
-// loads stay
-__global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, unsigned *sink, int before) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  if (!before) asm volatile("griddepcontrol.wait;" ::: "memory");
+// this thread's share of n16 16-byte words at w, 8 loads in flight, folded
+// into one word
+__device__ __forceinline__ unsigned stream(const uint4 *w, int64_t n16) {
   const int64_t st = (int64_t)gridDim.x * blockDim.x;
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   unsigned a = 0;
@@ -43,6 +40,16 @@ __global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, uns
     const uint4 v = __ldcs(w + i);
     a ^= v.x ^ v.y ^ v.z ^ v.w;
   }
+  return a;
+}
+
+// streams n16 16-byte words of w (8 loads in flight per thread), before or
+// after griddepcontrol.wait; sink written only on an impossible value so the
+// loads stay
+__global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, unsigned *sink, int before) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  if (!before) asm volatile("griddepcontrol.wait;" ::: "memory");
+  const unsigned a = stream(w, n16);
   if (before) asm volatile("griddepcontrol.wait;" ::: "memory");
   if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
 }
@@ -71,23 +78,9 @@ __device__ void grid_bar(unsigned *count, volatile unsigned *gen, unsigned nb) {
 // instead of kernel boundaries)
 __global__ void __launch_bounds__(256) k_persist(const uint8_t *buf, const int64_t *off, const int64_t *n16,
                                                  int nphase, unsigned *bar, unsigned *sink) {
-  const int64_t st = (int64_t)gridDim.x * blockDim.x;
   unsigned a = 0;
   for (int p = 0; p < nphase; p++) {
-    const uint4 *w = reinterpret_cast<const uint4 *>(buf + off[p]);
-    const int64_t n = n16[p];
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 7 * st < n; i += 8 * st) {
-      uint4 v[8];
-#pragma unroll
-      for (int u = 0; u < 8; u++) v[u] = __ldcs(w + i + u * st);
-#pragma unroll
-      for (int u = 0; u < 8; u++) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    for (; i < n; i += st) {
-      const uint4 v = __ldcs(w + i);
-      a ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
+    a ^= stream(reinterpret_cast<const uint4 *>(buf + off[p]), n16[p]);
     if (p + 1 < nphase) grid_bar(bar, bar + 32, gridDim.x);
   }
   if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
