@@ -7,7 +7,9 @@
 # adds stall reasons, instructions and memory throughput; MTPQ_ROWS=0 skips
 # the timed rows), runs bench-acceptance on the tiny
 # model (MTPQ_ACCEPT=0: not) and, with MTPQ_FULL=1, the full bench-step table
-# (MTPQ_32K_B8=0 leaves out 32K batch 8, the slowest to prefill). Logs in
+# (MTPQ_32K_B8=0 leaves out 32K batch 8, the slowest to prefill) and
+# tests/bench/chain_floor.cu's table on the same card (MTPQ_CHAIN=0: not;
+# machines lent as the same card measured 6% apart). Logs in
 # $OUT. Carry [".device-debs", "dv.safetensors"]: the draft vocabulary is
 # built before the run on the dev machine (the tokenizer does not fit the
 # device transfer): mtpq build-vocab -t testdata/tiny-qwen3next/model/tokenizer.json
@@ -25,7 +27,7 @@ dev_card
 dev_fixture ./build-gpu
 if [ "${MTPQ_TESTS:-1}" = 1 ]; then
   (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
-  tail -3 "$OUT/gpu-tests.txt"
+  grep -E 'tests passed|tests failed' "$OUT/gpu-tests.txt" || tail -3 "$OUT/gpu-tests.txt"
 fi
 [ "${MTPQ_ROWS:-1}" = 1 ] && {
 dev_row ./build-gpu default
@@ -66,6 +68,10 @@ if [ "${MTPQ_ACCEPT:-1}" = 1 ]; then
   $M quantize $TM/model --vocab ${MTPQ_DEVICE_VOCAB:-dv.safetensors} --out /tmp/tq --expert-input-scale 0.1667 --force > /dev/null
   $M bench-acceptance --backend cuda --target $TM/model --traces $TM/traces.safetensors --drafter /tmp/tq \
     > "$OUT/accept-cuda.txt" 2>&1; tail -4 "$OUT/accept-cuda.txt"
+fi
+if [ "${MTPQ_FULL:-0}" = 1 ] && [ "${MTPQ_CHAIN:-1}" = 1 ]; then
+  nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/chain_floor tests/bench/chain_floor.cu &&
+    timeout 60 /tmp/chain_floor > "$OUT/chain-floor.txt" 2>&1; cat "$OUT/chain-floor.txt"
 fi
 if [ "${MTPQ_FULL:-0}" = 1 ]; then
   timeout 150 $M bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --batch 1 --batch 2 \
