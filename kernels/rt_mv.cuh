@@ -293,10 +293,11 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // experts + an FP8 shared expert); one format per kernel keeps the register
 // count (and so the blocks per SM) of that format alone.
 //
-// S > 1 (one token, plain y: no argmax, no gate/up pairs, one format; R = S):
+// S > 1 (plain y: no argmax, no gate/up pairs, one format; S | R: R = S at
+// one token, R = S or 2S for dense products at 2..8 tokens):
 // S warps share each set of R rows, each summing every S-th (term, band)
 // group, and the first adds the others' sums (from shared memory, in part
-// order). A block covers the 8 rows it would at one row per warp, with each
+// order). A block covers the rows it would without sharing, with each
 // warp's weight loads as many, but a band of x loaded by a warp serves R
 // rows instead of one: at one row per warp fc and o (K = 4,096) read 4 bytes
 // of x per byte of FP8 weights and the routed experts' down (10 terms of
