@@ -327,8 +327,9 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
     const mv_term &m = T.t[tid];
     int li = m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0);
     Ls[tid] = tab[li];
-    Wt[tid] = (m.w ? *m.w : 1.0f) * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s);
-    Wt2[tid] = (m.w ? *m.w : 1.0f) * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s2);
+    const float w = m.w ? *m.w : 1.0f; // the routing weight (1 for a dense term)
+    Wt[tid] = w * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s);
+    Wt2[tid] = w * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s2);
   }
   if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
   __syncthreads();

@@ -568,6 +568,13 @@ template <int NB> static void mv_big(gpu_session *g, const mv_launch &m) {
   m.fmt == 1 ? mv_run<NB, R1, 8, 1>(g, m) : mv_run<NB, R0, 8, 0>(g, m);
 }
 
+// 2..8 tokens in one wave: 1 or 2 rows per warp, as row sets shared by
+// warps where mv_split applies
+template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t wave) {
+  const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
+  if (!mv_split<NB>(g, m, r)) r == 1 ? mv_go<NB, 1>(g, m) : mv_go<NB, 2>(g, m);
+}
+
 // The FP8 or BF16 head at one token on tensor cores where it applies
 // (k_head_mma: one task, cols % 64 == 0, its x pieces within 48 KB of
 // shared memory). H200, 4K batch 1: mtpq 144.8 -> 139.1 us a step (ncu:
@@ -629,22 +636,9 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
     r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
     break;
   }
-  // (1 or 2 rows per warp; as row sets shared by warps where mv_split applies)
-  case 2: {
-    const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
-    if (!mv_split<2>(g, m, r)) r == 1 ? mv_go<2, 1>(g, m) : mv_go<2, 2>(g, m);
-    break;
-  }
-  case 4: {
-    const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
-    if (!mv_split<4>(g, m, r)) r == 1 ? mv_go<4, 1>(g, m) : mv_go<4, 2>(g, m);
-    break;
-  }
-  default: {
-    const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
-    if (!mv_split<8>(g, m, r)) r == 1 ? mv_go<8, 1>(g, m) : mv_go<8, 2>(g, m);
-    break;
-  }
+  case 2: mv_nb<2>(g, m, wave); break;
+  case 4: mv_nb<4>(g, m, wave); break;
+  default: mv_nb<8>(g, m, wave); break;
   }
 }
 
