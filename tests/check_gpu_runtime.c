@@ -159,14 +159,14 @@ START_TEST(test_random_shapes) {
                                  FP8 (the reduced 20,000): the large-launch path of 2..8 tokens, which
                                  the batched drafts (3 sequences) run at 4 */
                               {64, 16, 32, 4, 2, 16, 60000, 1},
-                              /* at one token on 132 SMs, 5 rows per warp (one wave, where 4 is over it):
-                                 the 9,000-row BF16 head; the routed gate/up, as 10 row-pair matrices of 960
-                                 rows, at 6 (their own rule) */
+                              /* at one token on 132 SMs: the routed gate/up, as 10 row-pair matrices of 960
+                                 rows, at 6 rows per warp (their own rule); the 9,000-row BF16 head (5 rows
+                                 per warp on k_mv when written; now on the tensor cores, k_head_mma) */
                               {64, 16, 480, 4, 2, 16, 9000, 1},
                               /* at one token, 2 or more bands of x in every product: row sets shared by
                                  warps (k_mv S: fc 4 bands, S = 4; o 8 bands, S = 8), q/k/v of 9,216 FP8 rows
                                  at 5 a warp, routed gate/up pairs of 1,024 rows at 6 and the 11,334-row
-                                 reduced FP8 head at 8 */
+                                 reduced FP8 head (k_head_mma at one token, k_mv at 2..8) */
                               {1024, 16, 512, 16, 2, 256, 34000, 1}};
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
     char dir[700], cmd[1600];
