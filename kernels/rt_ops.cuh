@@ -383,42 +383,31 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
   const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
-  // up to 256 splits (8K positions) every load is issued at once before the
-  // reductions; beyond, strided loops. Each thread then holds at most one
-  // split, so both paths make the same sums in the same order.
-  const bool pre = ns <= 256;
+  // the splits in rounds of 256 (8K positions); a round's loads are all
+  // issued before its sums, the first round's before the reductions. Each
+  // warp sums splits warp, warp + 8, ... in that order in every case, so a
+  // context of any length makes the sums of the one-block-per-head kernel
   const float *src = po + base * D + c;
-  float pv[32], pmv = -INFINITY, plv = 0.0f;
-  if (pre) {
+  float pv[32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
-    if (tid < ns) pmv = pm[base + tid], plv = pl[base + tid];
-  }
-  float m = pmv;
-  if (!pre)
-#pragma unroll 4
-    for (int s = tid; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
+  for (int i = 0; i < 32; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
+  float m = -INFINITY;
+  for (int s = tid; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
   const float M = rt_block_max(m);
   float l = 0.0f;
-  if (pre && tid < ns) {
-    const float w = expf(pmv - M);
-    wsp[tid] = w, l += plv * w;
-  } else if (!pre) {
-#pragma unroll 4
-    for (int s = tid; s < ns; s += 256) {
-      const float w = expf(pm[base + s] - M);
-      wsp[s] = w, l += pl[base + s] * w;
-    }
+  for (int s = tid; s < ns; s += 256) {
+    const float w = expf(pm[base + s] - M);
+    wsp[s] = w, l += pl[base + s] * w;
   }
   const float L = rt_block_sum(l); // (its barriers publish wsp)
   float o = 0.0f;
-  if (c < D && pre) {
+  for (int r = 0; c < D;) { // r: the round's first split
 #pragma unroll
     for (int i = 0; i < 32; i++)
-      if (warp + 8 * i < ns) o = fmaf(pv[i], wsp[warp + 8 * i], o);
-  } else if (c < D) {
-#pragma unroll 16
-    for (int s = warp; s < ns; s += 8) o = fmaf(src[(int64_t)s * D], wsp[s], o);
+      if (r + warp + 8 * i < ns) o = fmaf(pv[i], wsp[r + warp + 8 * i], o);
+    if ((r += 256) >= ns) break;
+#pragma unroll
+    for (int i = 0; i < 32; i++) pv[i] = r + warp + 8 * i < ns ? src[(int64_t)(r + warp + 8 * i) * D] : 0.0f;
   }
   red[warp][lane] = o;
   __syncthreads();

@@ -9,7 +9,7 @@
  * to 8 slots) within relative error 1e-5 of the CPU, and batched drafts of
  * 3 sequences with different contexts, then of one of them alone (the head
  * at one token; the two largest heads also with MTPQ_CUDA_HEAD_MMA=0),
- * giving the CPU's tokens.
+ * giving the CPU's tokens; one of them once more at contexts over 8K.
  * Tolerance: both backends accumulate in float32 in different orders. */
 #include <check.h>
 #include <math.h>
@@ -221,6 +221,14 @@ START_TEST(test_random_shapes) {
     }
     unsetenv("MTPQ_CUDA_HEAD_MMA");
   }
+  /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
+     rounds (one 16-wide head: the CPU's prefill of 3 x 8K positions is cheap) */
+  char dir[700], cmd[1600];
+  snprintf(dir, sizeof dir, "%s/long", scratch);
+  snprintf(cmd, sizeof cmd, "%s %s --hidden 64 --experts 16 --inter 32 --heads 1 --kv 1 --head-dim 16 --vocab 500 "
+           "--seed 3 > /dev/null", MTPQ_GEN_FIXTURE, dir);
+  ck_assert_msg(system(cmd) == 0, "%s", cmd);
+  compare_random(dir, NULL, 8230);
 }
 END_TEST
 
