@@ -30,6 +30,8 @@
 #define RT_NMAX 8   // tokens per launch
 #define RT_TMAX 17  // terms per task: up to 16 routed experts + the shared expert
 #define RT_KST 64   // stride of the per-token routing arrays
+#define RT_MV_LATE_TRIGGER 1 // k_mv's flags (see k_mv)
+#define RT_MV_SEL_EARLY 2
 
 struct dlin {
   int f; // LIN_BF16 / LIN_FP8 / LIN_NVFP4
@@ -249,7 +251,8 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
     }
     // the weights are constant: a dense task's first batch is requested
     // before waiting for the kernel before (x comes from it); a no-op wait
-    // once waited (and routed tasks waited in k_mv already)
+    // once waited (and routed tasks waited in k_mv already, but for
+    // RT_MV_SEL_EARLY ones)
     if (g0 == 0) rt_wait();
 #pragma unroll
     for (int v = 0; v < UU / R; v++) {
@@ -304,8 +307,16 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // 512 columns) 7 per byte of NVFP4, which came from L2 (ncu: fc and o 9.7
 // us for 8 MB; splitting their rows over warps without sharing x did not
 // move them, tests/bench/RESULTS.md).
+//
+// fl (RT_MV_*): LATE_TRIGGER lets the next launch start only after this one's
+// wait, so once it starts every launch before this one is complete;
+// SEL_EARLY (a launch after such a one, two or more after the routing) reads
+// sel and the routing weights before its wait, from L2 (not L1, which may
+// hold an earlier step's), so its routed weights are requested before the
+// wait as a dense task's are.
 template <int NB, int R, int U, int FMT, int S = 1>
-__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dlin *tab, const mv_task *tasks, const int *sel) {
+__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
+    k_mv(const dlin *tab, const mv_task *tasks, const int *sel, int fl) {
   static_assert(S == 1 || (FMT != 3 && 8 % S == 0 && R % S == 0), "split rows: one format, S | R");
   constexpr int WB = 8 / S; // row sets a block
   __shared__ float red[S > 1 ? 8 : 1][R][NB];
@@ -314,20 +325,30 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2) k_mv(const dl
   __shared__ float Wt[RT_TMAX], Wt2[RT_TMAX];
   __shared__ unsigned long long bbest[8][NB];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  rt_trigger();
+  const bool early = fl & RT_MV_SEL_EARLY;
+  if (!(fl & RT_MV_LATE_TRIGGER)) rt_trigger();
   rt_task_load(tasks + blockIdx.y, T);
   __syncthreads();
   // a routed term's weights depend on sel and its weight on the routing, so
-  // such tasks wait here; a dense task's table entry and scale are the
-  // plan's, and rt_terms requests its first weights before it waits
+  // such tasks wait here (unless early); a dense task's table entry and
+  // scale are the plan's, and rt_terms requests its first weights before it
+  // waits
   bool dep = false;
   for (int k = 0; k < T.nterm; k++) dep = dep || T.t[k].sel_k >= 0 || T.t[k].w != nullptr;
-  if (dep) rt_wait();
+  if (dep && !early) rt_wait();
+  if (fl & RT_MV_LATE_TRIGGER) {
+    rt_wait(); // (a no-op if waited above)
+    rt_trigger();
+  }
   if (tid < T.nterm) {
     const mv_term &m = T.t[tid];
-    int li = m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0);
+    int li = m.lin;
+    if (m.sel_k >= 0) {
+      const int *sp = sel + T.tok * RT_KST + m.sel_k;
+      li += early ? __ldcg(sp) : *sp;
+    }
     Ls[tid] = tab[li];
-    const float w = m.w ? *m.w : 1.0f; // the routing weight (1 for a dense term)
+    const float w = m.w ? (early ? __ldcg(m.w) : *m.w) : 1.0f; // the routing weight (1 for a dense term)
     Wt[tid] = w * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s);
     Wt2[tid] = w * (Ls[tid].f == 0 ? 1.0f : Ls[tid].s2);
   }

@@ -51,6 +51,7 @@ struct mv_launch {
   bool best = false;                  // the head: argmax keys
   int groups = 0;                     // the fewest (term, 512-column band) groups of a task's row
   int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
+  int fl = 0;                 // k_mv's RT_MV_* flags
   std::vector<int64_t> trows; // rows of each task
 };
 
@@ -69,6 +70,7 @@ struct gpu_session {
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head at one token on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA=0: not)
+  int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
@@ -250,6 +252,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_on("MTPQ_CUDA_HEAD_MMA");
+  g->early = env_on("MTPQ_CUDA_EARLY");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
@@ -460,6 +463,11 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   if (!st) st = put_tasks(g, gus, &p.gus, err);
   if (!st) st = put_tasks(g, down, &p.down, err);
   if (!st) st = put_tasks(g, downs, &p.downs, err);
+  if (g->early) { // the routed gate/up let the down launch start only once the routing is done, so the down
+                  // reads the choice and requests its first weights before it waits (rt_mv.cuh, k_mv)
+    p.gu.fl = RT_MV_LATE_TRIGGER;
+    p.down.fl = RT_MV_SEL_EARLY;
+  }
   mv_task hd = dense_task(L_HEAD, g->out, H, nullptr, d->head.rows, n);
   hd.best = g->best;
   if (!st) st = put_tasks(g, {hd}, &p.head, err);
@@ -487,7 +495,7 @@ template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session
   int64_t bx = (m.rows + 8 / S * R - 1) / (8 / S * R);
   dim3 grid((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
   go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
-     (const int *)g->sel);
+     (const int *)g->sel, m.fl);
 }
 
 // One token, one row per warp by the wave rule, plain y (fc, o, the routed
