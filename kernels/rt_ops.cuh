@@ -386,7 +386,10 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   // the splits in rounds of 256 (8K positions); a round's loads are all
   // issued before its sums, the first round's before the reductions. Each
   // warp sums splits warp, warp + 8, ... in that order in every case, so a
-  // context of any length makes the sums of the one-block-per-head kernel
+  // context of any length makes the sums of the one-block-per-head kernel.
+  // Beyond 8K a strided loop of dependent loads ran before: H200, 32K batch
+  // 1, 247.8 -> 201.7 us a step, batch 8 1,217.9 -> 1,144.1 (same run;
+  // tests/bench/RESULTS.md, tenth round)
   const float *src = po + base * D + c;
   float pv[32];
 #pragma unroll
