@@ -273,13 +273,18 @@ int main(void) {
     return 1;
   }
   mtpq_plan_free(pl);
+  /* two cases, so that CK_RUN_CASE=random runs the random shapes alone (a
+     short check of a kernel change on the GPU machine) */
   Suite *s = suite_create("gpu_runtime");
-  TCase *tc = tcase_create("runtime");
+  TCase *tc = tcase_create("tiny");
   tcase_add_test(tc, test_stock);
   tcase_add_test(tc, test_quantized);
-  tcase_add_test(tc, test_random_shapes);
   tcase_set_timeout(tc, 600);
   suite_add_tcase(s, tc);
+  TCase *tr = tcase_create("random");
+  tcase_add_test(tr, test_random_shapes);
+  tcase_set_timeout(tr, 600);
+  suite_add_tcase(s, tr);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
   srunner_run_all(sr, CK_NORMAL);
