@@ -364,8 +364,8 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
 
 // grid (Nq, tokens, ceil(D / 32)), 256 threads, nsplit floats of shared
 // memory: combine the splits of one head for 32 of its output columns (each
-// split's max and sum loaded once per block, by a thread each; then warp w
-// sums splits w, w + 8, ... for the lane's column), normalise, apply
+// split's max and sum loaded by one thread of the block; then warp w sums
+// splits w, w + 8, ... for the lane's column), normalise, apply
 // sigmoid(gate). The sums run in the order of the one-block-per-head kernel
 // this replaces (16 blocks at 4K: 12.5 us under ncu, a chain of dependent
 // loads on 16 SMs), so the results are the same bits.

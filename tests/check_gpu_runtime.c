@@ -159,6 +159,26 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   mtpq_drafter_close(d);
 }
 
+/* compare_random, then again with MTPQ_CUDA_HEAD_MMA=0 when also_ffma (the
+ * one-token head on k_mv's FFMA path, where cols % 64 != 0 or k_head_mma
+ * is off) */
+static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_ffma) {
+  compare_random(target, drafter, ctx0);
+  if (!also_ffma) return;
+  setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
+  compare_random(target, drafter, ctx0);
+  unsetenv("MTPQ_CUDA_HEAD_MMA");
+}
+
+/* gen_fixture: a random target in dir */
+static void gen_target(const char *dir, int hidden, int experts, int inter, int heads, int kv, int head_dim, int vocab,
+                       int seed) {
+  char cmd[1600];
+  snprintf(cmd, sizeof cmd, "%s %s --hidden %d --experts %d --inter %d --heads %d --kv %d --head-dim %d --vocab %d "
+           "--seed %d > /dev/null", MTPQ_GEN_FIXTURE, dir, hidden, experts, inter, heads, kv, head_dim, vocab, seed);
+  ck_assert_msg(system(cmd) == 0, "%s", cmd);
+}
+
 START_TEST(test_random_shapes) {
   /* hidden, experts, inter, heads, kv, head_dim, vocab, quantize */
   /* (gen_fixture routes top-10) */
@@ -181,20 +201,11 @@ START_TEST(test_random_shapes) {
                                  reduced FP8 head (k_head_mma at one token, k_mv at 2..8) */
                               {1024, 16, 512, 16, 2, 256, 34000, 1}};
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
-    char dir[700], cmd[1600];
+    char dir[700];
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
-    snprintf(cmd, sizeof cmd, "%s %s --hidden %d --experts %d --inter %d --heads %d --kv %d --head-dim %d --vocab %d "
-             "--seed %zu > /dev/null", MTPQ_GEN_FIXTURE, dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4],
-             sh[k][5], sh[k][6], k + 7);
-    ck_assert_msg(system(cmd) == 0, "%s", cmd);
-    /* the two large heads also with k_head_mma off (the one-token head on
-       k_mv's FFMA path, where cols % 64 != 0 or k_head_mma is off) */
-    const int runs = k >= 6 ? 2 : 1;
-    for (int off = 0; off < runs; off++) {
-      if (off) setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
-      compare_random(dir, NULL, 21 + 9 * (int64_t)k);
-    }
-    unsetenv("MTPQ_CUDA_HEAD_MMA");
+    gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
+    const int big_head = k >= 6; /* the two large heads: also with k_head_mma off */
+    compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, big_head);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
     struct mtpq_err err = {0};
@@ -215,19 +226,13 @@ START_TEST(test_random_shapes) {
     struct mtpq_plan *pl = NULL;
     ck_assert_msg(!mtpq_drafter_plan(&p, &pl, &err) && !mtpq_drafter_write(&p, pl, NULL, NULL, &err), "%s", err.msg);
     mtpq_plan_free(pl);
-    for (int off = 0; off < runs; off++) {
-      if (off) setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
-      compare_random(dir, q, 30 + 5 * (int64_t)k);
-    }
-    unsetenv("MTPQ_CUDA_HEAD_MMA");
+    compare_random_heads(dir, q, 30 + 5 * (int64_t)k, big_head);
   }
   /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
      rounds (one 16-wide head: the CPU's prefill of 3 x 8K positions is cheap) */
-  char dir[700], cmd[1600];
+  char dir[700];
   snprintf(dir, sizeof dir, "%s/long", scratch);
-  snprintf(cmd, sizeof cmd, "%s %s --hidden 64 --experts 16 --inter 32 --heads 1 --kv 1 --head-dim 16 --vocab 500 "
-           "--seed 3 > /dev/null", MTPQ_GEN_FIXTURE, dir);
-  ck_assert_msg(system(cmd) == 0, "%s", cmd);
+  gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
   compare_random(dir, NULL, 8230);
 }
 END_TEST
