@@ -312,19 +312,57 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
   rt_cp_wait();
   __syncthreads();
   const float scale = rsqrtf((float)D);
-  for (int e = tid; e < G * n; e += 256) { // (head, row) pairs, rows fastest
-    const int h = e / n, i = e - h * n;
-    const float4 *qv = reinterpret_cast<const float4 *>(qs + h * D), *kv = reinterpret_cast<const float4 *>(ks + i * DP);
-    float a0 = 0.0f, a1 = 0.0f;
-    for (int j = 0; j < d4; j += 2) {
-      const float4 x = qv[j], k = kv[j];
-      a0 = fmaf(x.x, k.x, a0), a0 = fmaf(x.y, k.y, a0), a0 = fmaf(x.z, k.z, a0), a0 = fmaf(x.w, k.w, a0);
-      if (j + 1 < d4) {
-        const float4 y = qv[j + 1], l = kv[j + 1];
-        a1 = fmaf(y.x, l.x, a1), a1 = fmaf(y.y, l.y, a1), a1 = fmaf(y.z, l.z, a1), a1 = fmaf(y.w, l.w, a1);
+  if constexpr (GT == 8 && DT == 256) {
+    // the 80B shape: lane = row, warp w sums columns [32 w, 32 w + 32) of
+    // all 8 heads, so each 16-byte chunk of K is loaded once for 8 heads
+    // (the q chunks are broadcasts): 72 shared loads a thread where a
+    // thread per (head, row) took 128, and a third of the shared-memory
+    // wavefronts (ncu: k_attn shared-memory bound, MIO throttle). The 8
+    // partial sums meet in qs, free once every warp has read it, and are
+    // added in warp order.
+    float a[8];
+#pragma unroll
+    for (int h = 0; h < 8; h++) a[h] = 0.0f;
+    if (lane < n) {
+      const float4 *kv = reinterpret_cast<const float4 *>(ks + lane * DP) + 8 * warp;
+      const float4 *qv = reinterpret_cast<const float4 *>(qs) + 8 * warp;
+#pragma unroll
+      for (int jj = 0; jj < 8; jj++) {
+        const float4 k = kv[jj];
+#pragma unroll
+        for (int h = 0; h < 8; h++) {
+          const float4 x = qv[h * 64 + jj];
+          a[h] = fmaf(x.x, k.x, a[h]), a[h] = fmaf(x.y, k.y, a[h]), a[h] = fmaf(x.z, k.z, a[h]);
+          a[h] = fmaf(x.w, k.w, a[h]);
+        }
       }
     }
-    ss[h * RT_CS + i] = (a0 + a1) * scale;
+    __syncthreads(); // qs read by every warp
+#pragma unroll
+    for (int h = 0; h < 8; h++) qs[(warp * 8 + h) * 32 + lane] = a[h];
+    __syncthreads();
+    const int h = warp; // thread (h, lane): head h, row lane
+    if (lane < n) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 8; w++) v += qs[(w * 8 + h) * 32 + lane];
+      ss[h * RT_CS + lane] = v * scale;
+    }
+  } else {
+    for (int e = tid; e < G * n; e += 256) { // (head, row) pairs, rows fastest
+      const int h = e / n, i = e - h * n;
+      const float4 *qv = reinterpret_cast<const float4 *>(qs + h * D), *kv = reinterpret_cast<const float4 *>(ks + i * DP);
+      float a0 = 0.0f, a1 = 0.0f;
+      for (int j = 0; j < d4; j += 2) {
+        const float4 x = qv[j], k = kv[j];
+        a0 = fmaf(x.x, k.x, a0), a0 = fmaf(x.y, k.y, a0), a0 = fmaf(x.z, k.z, a0), a0 = fmaf(x.w, k.w, a0);
+        if (j + 1 < d4) {
+          const float4 y = qv[j + 1], l = kv[j + 1];
+          a1 = fmaf(y.x, l.x, a1), a1 = fmaf(y.y, l.y, a1), a1 = fmaf(y.z, l.z, a1), a1 = fmaf(y.w, l.w, a1);
+        }
+      }
+      ss[h * RT_CS + i] = (a0 + a1) * scale;
+    }
   }
   __syncthreads();
   const int64_t pi = ((int64_t)t * Nq + (int64_t)g * G) * nsplit + sp; // (t, head g*G, split sp)
