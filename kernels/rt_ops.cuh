@@ -238,8 +238,9 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D) {
 // keys from k (norm + RoPE, as the cache holds them) and values from v, and
 // the block of the row's own token writes them to the cache for later steps
 // (the separate k_kv kernel before did; the same function, so the same
-// bits). A thread then scores one (head, row) pair, and one output column of
-// every head.
+// bits). A thread then scores one (head, row) pair (k_attn<8, 256>: a warp
+// a part of the head dimension, see there), and one output column of every
+// head.
 // GT, DT: G and D as compile-time constants (0: read from the arguments);
 // the constant instantiation has its loops unrolled and its per-head tests
 // and divisions folded away, and is held to 3 blocks per SM (as many as its
