@@ -69,25 +69,34 @@ __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
   return (uint32_t)h.x | (uint32_t)h.y << 16;
 }
 
-// blockDim 256, one task (the head: T.best, optionally T.logits), F = 1
-// (FP8) or 0 (BF16), cols % 64 == 0; dynamic shared memory: 3 x (cols + 16)
-// halves (the pieces, rows padded by 32 bytes against bank conflicts)
-template <int F>
+// blockDim 256, one task (the head: T.best, optionally T.logits) of nb <=
+// NB tokens, F = 1 (FP8) or 0 (BF16), cols % 64 == 0; dynamic shared memory:
+// 3 NB x (cols + 16) halves (each token's three pieces, rows padded by 32
+// bytes against bank conflicts). The MMA's 8 columns per n-tile hold the
+// pieces of ceil(3 NB / 8) tiles: column c of the launch is piece c % 3 of
+// token c / 3; each weight fragment serves every n-tile (converted once).
+// At NB == 1 the row sums come from the accumulators by one shuffle; above,
+// each warp stages its tile's 16 x 8 NT sums in shared memory and lane
+// (half, row) adds token (half + 2 i)'s three pieces.
+template <int F, int NB>
 __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int U = F == 1 ? 4 : 2;  // bands of loads in flight: 8 x 16 bytes per lane, as k_mv's head
   constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
+  constexpr int NT = (3 * NB + 7) / 8; // n-tiles
+  constexpr int PL = NB == 1 ? 1 : NB / 2; // (row, token) sums a lane forms per tile (NB > 1)
   extern __shared__ __align__(16) unsigned char rt_hsm[];
   __shared__ mv_task T;
-  __shared__ unsigned long long bbest[8];
-  __shared__ float fsh[9];
+  __shared__ unsigned long long bbest[8][NB];
+  __shared__ float fsh[9], post[NB];
+  __shared__ float stage[NB > 1 ? 8 : 1][16][NB > 1 ? 8 * NT + 1 : 1];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   rt_trigger();
   rt_task_load(tasks, T);
-  if (tid < 8) bbest[tid] = 0;
+  if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
   __syncthreads();
   const dlin L = tab[T.t[0].lin];
-  const int cols = (int)L.cols, nband = cols / 64, ps = cols + 16;
+  const int cols = (int)L.cols, nband = cols / 64, ps = cols + 16, nb = T.nb;
   const int64_t rows = L.rows, ntile = (rows + 15) / 16;
   H *pc = reinterpret_cast<H *>(rt_hsm);
   // the first tile's first batch of weights before the wait (they are constant)
@@ -110,75 +119,124 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   };
   load(tile, 0);
   rt_wait();
-  // x -> three f16 pieces of x * 2^s in shared memory
-  const float *x = T.t[0].x;
-  float m = 0.0f;
-  for (int c = tid; c < cols; c += 256) m = fmaxf(m, fabsf(x[c]));
-  m = rt_block_reduce(m, 0, 8, fsh);
-  const int s = m > 0.0f ? 14 - ilogbf(m) : 0; // m * 2^s in [2^14, 2^15)
-  for (int c = tid; c < cols; c += 256) rt_split3<H>(ldexpf(x[c], s), pc[c], pc[ps + c], pc[2 * ps + c]);
+  // each token's x -> three pieces of x * 2^s in shared memory (s per token)
+  for (int j = 0; j < nb; j++) {
+    const float *x = T.t[0].x + (int64_t)j * T.xs;
+    float m = 0.0f;
+    for (int c = tid; c < cols; c += 256) m = fmaxf(m, fabsf(x[c]));
+    m = rt_block_reduce(m, 0, 8, fsh);
+    const int s = m > 0.0f ? 14 - ilogbf(m) : 0; // m * 2^s in [2^14, 2^15)
+    H *q = pc + (size_t)3 * j * ps;
+    for (int c = tid; c < cols; c += 256) rt_split3<H>(ldexpf(x[c], s), q[c], q[ps + c], q[2 * ps + c]);
+    if (tid == 0) post[j] = ldexpf(F == 1 ? L.s : 1.0f, -s); // the FP8 tensor scale and 2^-s, per row sum
+  }
   __syncthreads();
-  const float post = ldexpf(F == 1 ? L.s : 1.0f, -s); // the FP8 tensor scale and 2^-s, applied to each row's sum
-  unsigned long long mybest = 0;
+  // this lane's B column in each n-tile: the plane of piece c % 3 of token c / 3, or -1 past the tokens
+  int plane[NT];
+#pragma unroll
+  for (int n = 0; n < NT; n++) plane[n] = (8 * n + g) / 3 < nb ? 8 * n + g : -1;
+  unsigned long long mybest[PL];
+#pragma unroll
+  for (int i = 0; i < PL; i++) mybest[i] = 0;
   for (; tile < ntile; tile += (int64_t)gridDim.x * 8) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     for (int b0 = 0; b0 < nband; b0 += U) {
       if (b0) load(tile, b0);
 #pragma unroll
       for (int u = 0; u < U; u++) {
         if (b0 + u >= nband) continue;
-        uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0;
-        if (g < 3) { // piece g of x's columns c .. c + 15
-          const uint4 *p = reinterpret_cast<const uint4 *>(pc + g * ps + (b0 + u) * 64 + t * 16);
-          q0 = p[0], q1 = p[1];
-        }
-        const uint32_t xb[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        uint32_t a[4][4]; // the band's four A fragments (rows g, g + 8; k slots as the loads)
         if constexpr (F == 1) {
           const uint4 &A = ra[u][0], &B = rb[u][0];
           const uint32_t wa[4] = {A.x, A.y, A.z, A.w}, wb[4] = {B.x, B.y, B.z, B.w};
 #pragma unroll
           for (int j = 0; j < 4; j++)
-            rt_mma16816<false>(acc, rt_e4m3x2_h2(wa[j]), rt_e4m3x2_h2(wb[j]), rt_e4m3x2_h2(wa[j] >> 16),
-                               rt_e4m3x2_h2(wb[j] >> 16), xb[2 * j], xb[2 * j + 1]);
+            a[j][0] = rt_e4m3x2_h2(wa[j]), a[j][1] = rt_e4m3x2_h2(wb[j]), a[j][2] = rt_e4m3x2_h2(wa[j] >> 16),
+            a[j][3] = rt_e4m3x2_h2(wb[j] >> 16);
         } else { // a BF16 word is a column pair already
           const uint32_t wa[8] = {ra[u][0].x, ra[u][0].y, ra[u][0].z, ra[u][0].w,
                                   ra[u][1].x, ra[u][1].y, ra[u][1].z, ra[u][1].w};
           const uint32_t wb[8] = {rb[u][0].x, rb[u][0].y, rb[u][0].z, rb[u][0].w,
                                   rb[u][1].x, rb[u][1].y, rb[u][1].z, rb[u][1].w};
 #pragma unroll
-          for (int j = 0; j < 4; j++)
-            rt_mma16816<true>(acc, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], xb[2 * j], xb[2 * j + 1]);
+          for (int j = 0; j < 4; j++) a[j][0] = wa[2 * j], a[j][1] = wb[2 * j], a[j][2] = wa[2 * j + 1], a[j][3] = wb[2 * j + 1];
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+          uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0;
+          if (plane[n] >= 0) { // the plane's x columns c .. c + 15
+            const uint4 *p = reinterpret_cast<const uint4 *>(pc + plane[n] * ps + (b0 + u) * 64 + t * 16);
+            q0 = p[0], q1 = p[1];
+          }
+          const uint32_t xb[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+          for (int j = 0; j < 4; j++) rt_mma16816<F == 0>(acc[n], a[j][0], a[j][1], a[j][2], a[j][3], xb[2 * j], xb[2 * j + 1]);
         }
       }
     }
-    // row g: columns 0 and 1 in lane (g, 0), column 2 in lane (g, 1) (acc[0], acc[1]); row g + 8: acc[2], acc[3]
-    const float v0 = t == 0 ? acc[0] + acc[1] : acc[0], v8 = t == 0 ? acc[2] + acc[3] : acc[2];
-    const float y0 = (v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1)) * post;
-    const float y8 = (v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1)) * post;
-    if (t == 0) {
-      const int64_t r = tile * 16 + g;
-      if (r < rows) {
-        const unsigned long long k = rt_argmax_key(y0, (uint32_t)r);
-        mybest = k > mybest ? k : mybest;
-        if (T.logits) T.logits[r] = y0;
+    if constexpr (NB == 1) {
+      // row g: columns 0 and 1 in lane (g, 0), column 2 in lane (g, 1) (acc[0], acc[1]); row g + 8: acc[2], acc[3]
+      const float v0 = t == 0 ? acc[0][0] + acc[0][1] : acc[0][0], v8 = t == 0 ? acc[0][2] + acc[0][3] : acc[0][2];
+      const float y0 = (v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1)) * post[0];
+      const float y8 = (v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1)) * post[0];
+      if (t == 0) {
+        const int64_t r = tile * 16 + g;
+        if (r < rows) {
+          const unsigned long long k = rt_argmax_key(y0, (uint32_t)r);
+          mybest[0] = k > mybest[0] ? k : mybest[0];
+          if (T.logits) T.logits[r] = y0;
+        }
+        if (r + 8 < rows) {
+          const unsigned long long k = rt_argmax_key(y8, (uint32_t)(r + 8));
+          mybest[0] = k > mybest[0] ? k : mybest[0];
+          if (T.logits) T.logits[r + 8] = y8;
+        }
       }
-      if (r + 8 < rows) {
-        const unsigned long long k = rt_argmax_key(y8, (uint32_t)(r + 8));
-        mybest = k > mybest ? k : mybest;
-        if (T.logits) T.logits[r + 8] = y8;
+    } else {
+      // lane (g, t) holds rows g and g + 8 at columns 8n + 2t, 8n + 2t + 1
+#pragma unroll
+      for (int n = 0; n < NT; n++) {
+        stage[warp][g][8 * n + 2 * t] = acc[n][0], stage[warp][g][8 * n + 2 * t + 1] = acc[n][1];
+        stage[warp][g + 8][8 * n + 2 * t] = acc[n][2], stage[warp][g + 8][8 * n + 2 * t + 1] = acc[n][3];
       }
+      __syncwarp();
+      const int row = lane & 15;
+      const int64_t r = tile * 16 + row;
+#pragma unroll
+      for (int i = 0; i < PL; i++) {
+        const int j = (lane >> 4) + 2 * i; // this lane's token
+        if (j < nb && r < rows) {
+          const float *sr = stage[warp][row] + 3 * j;
+          const float y = (sr[0] + sr[1] + sr[2]) * post[j];
+          const unsigned long long k = rt_argmax_key(y, (uint32_t)r);
+          mybest[i] = k > mybest[i] ? k : mybest[i];
+          if (T.logits) T.logits[j * T.ys + r] = y;
+        }
+      }
+      __syncwarp(); // stage read before the next tile writes it
     }
     if (tile + (int64_t)gridDim.x * 8 < ntile) load(tile + (int64_t)gridDim.x * 8, 0);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const unsigned long long k = __shfl_xor_sync(0xFFFFFFFFu, mybest, o);
-    mybest = k > mybest ? k : mybest;
-  }
-  if (lane == 0) bbest[warp] = mybest;
+  // each token's largest key: over the lanes holding it (NB == 1: all 32;
+  // above: the 16 of one half), the warps, then the launch
+#pragma unroll
+  for (int i = 0; i < PL; i++)
+    for (int o = NB == 1 ? 16 : 8; o > 0; o >>= 1) {
+      const unsigned long long k = __shfl_xor_sync(0xFFFFFFFFu, mybest[i], o);
+      mybest[i] = k > mybest[i] ? k : mybest[i];
+    }
+  if (NB == 1 ? lane == 0 : (lane & 15) == 0)
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+      const int j = NB == 1 ? 0 : (lane >> 4) + 2 * i;
+      if (j < NB) bbest[warp][j] = mybest[i];
+    }
   __syncthreads();
-  if (tid == 0) {
+  if (tid < nb) {
     unsigned long long mm = 0;
-    for (int w = 0; w < 8; w++) mm = bbest[w] > mm ? bbest[w] : mm;
-    if (mm) atomicMax(T.best, mm);
+    for (int w = 0; w < 8; w++) mm = bbest[w][tid] > mm ? bbest[w][tid] : mm;
+    if (mm) atomicMax(T.best + tid, mm);
   }
 }

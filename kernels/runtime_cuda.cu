@@ -69,7 +69,7 @@ struct gpu_session {
   int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
-  int hmma;               // the FP8/BF16 head at one token on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA=0: not)
+  int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA=0: not, 1: one token only)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -251,7 +251,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
-  g->hmma = env_on("MTPQ_CUDA_HEAD_MMA");
+  g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
@@ -583,26 +583,44 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
   if (!mv_split<NB>(g, m, r)) r == 1 ? mv_go<NB, 1>(g, m) : mv_go<NB, 2>(g, m);
 }
 
-// The FP8 or BF16 head at one token on tensor cores where it applies
-// (k_head_mma: one task, cols % 64 == 0, its x pieces within 48 KB of
-// shared memory). H200, 4K batch 1: mtpq 144.8 -> 139.1 us a step (ncu:
-// the head 57.9 -> 55.5 us); the stock drafter's BF16 head did not move
-// (tests/bench/RESULTS.md, ninth round)
-template <int F> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+// The FP8 or BF16 head on tensor cores where it applies (k_head_mma: one
+// task, cols % 64 == 0, its x pieces within RT_HEAD_SMEM bytes of shared
+// memory). H200, 4K batch 1: mtpq 144.8 -> 139.1 us a step (ncu: the head
+// 57.9 -> 55.5 us); the stock drafter's BF16 head did not move
+// (tests/bench/RESULTS.md, ninth round). At 2..8 tokens the FFMA head's
+// instructions grow with the tokens (k_mv: a conversion per weight, an FMA
+// per weight and token, x per band and token from L1), the MMA's do not
+// until 3 tokens fill its 8 columns. MTPQ_CUDA_HEAD_MMA=1: one token only.
+#define RT_HEAD_SMEM (110 * 1024)
+template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   static int per = 0; // per instantiation
-  if (!per && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F>, 256, smem) != cudaSuccess || per < 1))
-    per = 1;
+  if (!per) {
+    if (smem > 48 * 1024)
+      cudaFuncSetAttribute(k_head_mma<F, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
+      per = 1;
+  }
   const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
-  go(g, true, k_head_mma<F>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem, (const dlin *)g->lins,
-     (const mv_task *)m.dev, (const int *)g->sel);
+  go(g, true, k_head_mma<F, NB>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem,
+     (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
+}
+
+template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
+  const size_t smem = (size_t)3 * NB * (size_t)(m.cols + 16) * 2;
+  m.fmt == 1 ? head_mma_run<1, NB>(g, m, smem) : head_mma_run<0, NB>(g, m, smem);
 }
 
 static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
-  const size_t smem = (size_t)3 * (size_t)(m.cols + 16) * 2;
-  if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.nbmax != 1 || m.ntask != 1 ||
-      m.cols % 64 || smem > 48 * 1024)
+  const int NB = m.nbmax <= 1 ? 1 : m.nbmax <= 2 ? 2 : m.nbmax <= 4 ? 4 : 8;
+  if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
+      (NB > 1 && g->hmma == 1) || (size_t)3 * NB * (size_t)(m.cols + 16) * 2 > RT_HEAD_SMEM)
     return false;
-  m.fmt == 1 ? head_mma_run<1>(g, m, smem) : head_mma_run<0>(g, m, smem);
+  switch (NB) {
+  case 1: head_mma_nb<1>(g, m); break;
+  case 2: head_mma_nb<2>(g, m); break;
+  case 4: head_mma_nb<4>(g, m); break;
+  default: head_mma_nb<8>(g, m); break;
+  }
   return true;
 }
 
