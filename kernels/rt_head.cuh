@@ -1,4 +1,4 @@
-// The FP8 and BF16 heads at one token on tensor cores (included by
+// The FP8 and BF16 heads at 1..8 tokens on tensor cores (included by
 // kernels/runtime_cuda.cu after rt_ops.cuh). Why: the FFMA head (k_mv<1, 8,
 // 8, 1>) spends ~2.5 instructions per weight (E4M3 pair -> half pair, half
 // -> float, FFMA) and issues 0.58 per cycle per scheduler at 75% of DRAM
@@ -10,7 +10,7 @@
 // mid + lo of x * 2^s in the same half type (s: a power of two putting the
 // block's largest |x| in [2^14, 2^15), so nothing overflows in f16 and the
 // pieces keep x to 2^-24 of that largest |x|; three bf16 pieces hold all 24
-// bits), placed in the MMA's token columns 0, 1, 2; each product of a
+// bits), placed in the MMA's columns 3j, 3j + 1, 3j + 2 for token j; each product of a
 // weight and a piece is exact in the f32 accumulator. The sums' order is
 // the tensor core's, not k_mv's, hence the gpu tests' tolerance and argmax
 // comparisons.

@@ -69,7 +69,7 @@ struct gpu_session {
   int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
-  int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA=0: not, 1: one token only)
+  int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -251,7 +251,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
-  g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
+  g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 1);
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
@@ -590,16 +590,22 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 // (tests/bench/RESULTS.md, ninth round). At 2..8 tokens the FFMA head's
 // instructions grow with the tokens (k_mv: a conversion per weight, an FMA
 // per weight and token, x per band and token from L1), the MMA's do not
-// until 3 tokens fill its 8 columns. MTPQ_CUDA_HEAD_MMA=1: one token only.
+// until 3 tokens fill its 8 columns. MTPQ_CUDA_HEAD_MMA: 0 none, 1 one token
+// (the default), 2 also 2..8 tokens (H200, 4K: mtpq batch 2/4/8 202.2 /
+// 367.6 / 718.2 -> 179.6 / 257.4 / 396.7 us a step; tests/bench/RESULTS.md,
+// eleventh round; the default until the gpu tests have passed on every shape)
 #define RT_HEAD_SMEM (110 * 1024)
 template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
-  static int per = 0; // per instantiation
-  if (!per) {
-    if (smem > 48 * 1024)
-      cudaFuncSetAttribute(k_head_mma<F, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
-      per = 1;
-  }
+  // the attribute before the instantiation's first launch of any size (a
+  // first launch under 48 KB and a later one above it failed at its launch
+  // when it was set only for the first), the occupancy for this launch's size
+  static bool attr = false;
+  if (!attr)
+    attr = cudaFuncSetAttribute(k_head_mma<F, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM) ==
+           cudaSuccess;
+  int per = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
+    per = 1;
   const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
   go(g, true, k_head_mma<F, NB>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem,
      (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
