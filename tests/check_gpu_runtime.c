@@ -157,9 +157,9 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   ck_assert_msg(mtpq_session_draft(g, 1, &t1, h, &s1, STEPS, d1g, &err) == MTPQ_OK, "%s", err.msg);
   int same1 = 0;
   for (int i = 0; i < STEPS; i++) same1 += d1c[i] == d1g[i];
-  printf("%s%s: prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence drafts %d/%d\n",
-         drafter ? drafter : target, getenv("MTPQ_CUDA_HEAD_MMA") && !strcmp(getenv("MTPQ_CUDA_HEAD_MMA"), "0") ? " (MTPQ_CUDA_HEAD_MMA=0)" : "", worst, same,
-         all, same1, STEPS);
+  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA");
+  printf("%s (MTPQ_CUDA_HEAD_MMA=%s): prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence "
+         "drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default", worst, same, all, same1, STEPS);
   ck_assert_int_eq(same, all);
   ck_assert_int_eq(same1, STEPS);
   free(h), free(oc), free(og);
@@ -167,9 +167,9 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   mtpq_drafter_close(d);
 }
 
-/* compare_random with MTPQ_CUDA_HEAD_MMA=2, then with 0 when also_ffma (the
- * one-token head on k_mv's FFMA path, where cols % 64 != 0 or k_head_mma
- * is off) */
+/* compare_random with MTPQ_CUDA_HEAD_MMA=2 (k_head_mma at every token
+ * count where it applies: cols % 64 == 0), then with 0 when also_ffma (the
+ * head on k_mv's FFMA path at every token count) */
 static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_ffma) {
   setenv("MTPQ_CUDA_HEAD_MMA", "2", 1); /* k_head_mma at 1..8 tokens where it applies (not yet the default) */
   compare_random(target, drafter, ctx0);
