@@ -230,8 +230,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   if (NB == 1 ? lane == 0 : (lane & 15) == 0)
 #pragma unroll
     for (int i = 0; i < PL; i++) {
-      const int j = NB == 1 ? 0 : (lane >> 4) + 2 * i;
-      if (j < NB) bbest[warp][j] = mybest[i];
+      bbest[warp][NB == 1 ? 0 : (lane >> 4) + 2 * i] = mybest[i]; // (token < NB always)
     }
   __syncthreads();
   if (tid < nb) {

@@ -595,31 +595,43 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 // 367.6 / 718.2 -> 179.6 / 257.4 / 396.7 us a step; tests/bench/RESULTS.md,
 // eleventh round; the default until the gpu tests have passed on every shape)
 #define RT_HEAD_SMEM (110 * 1024)
+
+// the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
+static int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax <= 4 ? 4 : 8; }
+
+// k_head_mma's dynamic shared memory: NB tokens' three pieces of cols (+ 16 padding) halves
+static size_t head_mma_smem(int NB, int64_t cols) { return (size_t)3 * NB * (size_t)(cols + 16) * 2; }
+
 template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   // the attribute before the instantiation's first launch of any size (a
   // first launch under 48 KB and a later one above it failed at its launch
-  // when it was set only for the first), the occupancy for this launch's size
+  // when it was set only for the first); the occupancy per size, kept for
+  // the next launch of the same size (without graphs every step launches)
   static bool attr = false;
+  static size_t per_smem = 0;
+  static int per = 0;
   if (!attr)
     attr = cudaFuncSetAttribute(k_head_mma<F, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM) ==
            cudaSuccess;
-  int per = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
-    per = 1;
+  if (!per || per_smem != smem) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
+      per = 1;
+    per_smem = smem;
+  }
   const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
   go(g, true, k_head_mma<F, NB>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem,
      (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
-  const size_t smem = (size_t)3 * NB * (size_t)(m.cols + 16) * 2;
+  const size_t smem = head_mma_smem(NB, m.cols);
   m.fmt == 1 ? head_mma_run<1, NB>(g, m, smem) : head_mma_run<0, NB>(g, m, smem);
 }
 
 static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
-  const int NB = m.nbmax <= 1 ? 1 : m.nbmax <= 2 ? 2 : m.nbmax <= 4 ? 4 : 8;
+  const int NB = nb_slots(m.nbmax);
   if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
-      (NB > 1 && g->hmma == 1) || (size_t)3 * NB * (size_t)(m.cols + 16) * 2 > RT_HEAD_SMEM)
+      (NB > 1 && g->hmma == 1) || head_mma_smem(NB, m.cols) > RT_HEAD_SMEM)
     return false;
   switch (NB) {
   case 1: head_mma_nb<1>(g, m); break;
@@ -633,7 +645,7 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
   if (launch_head_mma(g, m)) return;
-  const int NB = m.nbmax <= 1 ? 1 : m.nbmax <= 2 ? 2 : m.nbmax <= 4 ? 4 : 8;
+  const int NB = nb_slots(m.nbmax);
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;
     go(g, true, k_mv_any, dim3((unsigned)(bx < 4096 ? bx : 4096), (unsigned)m.ntask), dim3(256), 0,

@@ -109,6 +109,7 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   ck_assert_msg(mtpq_drafter_open(target, drafter, &d, &err) == MTPQ_OK, "%s", err.msg);
   int64_t H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
   enum { NS = 5, STEPS = 4, PRE = 40 };
+  /* sequence q holds ctx0 + 13 q positions and drafts STEPS on (sequence 0 twice): 13 NS + STEPS covers all */
   struct mtpq_session *c = NULL, *g = NULL;
   ck_assert_int_eq(mtpq_session_open_batch(d, MTPQ_BACKEND_CPU, ctx0 + 13 * NS + STEPS, 0, NS, &c, &err), MTPQ_OK);
   ck_assert_msg(mtpq_session_open_batch(d, MTPQ_BACKEND_CUDA, ctx0 + 13 * NS + STEPS, 0, NS, &g, &err) == MTPQ_OK, "%s",
@@ -239,7 +240,7 @@ START_TEST(test_random_shapes) {
     compare_random_heads(dir, q, 30 + 5 * (int64_t)k, big_head);
   }
   /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
-     rounds (one 16-wide head: the CPU's prefill of 3 x 8K positions is cheap) */
+     rounds (one 16-wide head: the CPU's prefill of 5 x 8K positions is cheap) */
   char dir[700];
   snprintf(dir, sizeof dir, "%s/long", scratch);
   gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
