@@ -32,6 +32,7 @@ extern "C" {
 }
 #include "kernels/rt_ops.cuh"
 #include "kernels/rt_head.cuh"
+#include "kernels/rt_head_tma.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -70,6 +71,7 @@ struct gpu_session {
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
+  int htma;               // at one token, its weights through the bulk copy engine (k_head_tma; MTPQ_CUDA_HEAD_TMA=0: not)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -251,7 +253,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
-  g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 1);
+  g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
+  g->htma = env_on("MTPQ_CUDA_HEAD_TMA");
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
@@ -591,9 +594,9 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 // instructions grow with the tokens (k_mv: a conversion per weight, an FMA
 // per weight and token, x per band and token from L1), the MMA's do not
 // until 3 tokens fill its 8 columns. MTPQ_CUDA_HEAD_MMA: 0 none, 1 one token
-// (the default), 2 also 2..8 tokens (H200, 4K: mtpq batch 2/4/8 202.2 /
+// only, 2 (the default) 1..8 tokens (H200, 4K: mtpq batch 2/4/8 202.2 /
 // 367.6 / 718.2 -> 179.6 / 257.4 / 396.7 us a step; tests/bench/RESULTS.md,
-// eleventh round; the default until the gpu tests have passed on every shape)
+// eleventh round). At one token k_head_tma takes it where it applies.
 #define RT_HEAD_SMEM (110 * 1024)
 
 // the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
@@ -628,6 +631,42 @@ template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
   m.fmt == 1 ? head_mma_run<1, NB>(g, m, smem) : head_mma_run<0, NB>(g, m, smem);
 }
 
+// k_head_tma's dynamic shared memory for nstage tiles, and the most tiles
+// that fit RT_TMA_SMEM (0 where fewer than 2 do)
+static size_t head_tma_smem(int F, int64_t cols, int nstage) {
+  return (size_t)nstage * 16 * rt_tma_row_stride(F, cols) + (size_t)3 * (size_t)(cols + 16) * 2;
+}
+
+static int head_tma_stages(int F, int64_t cols) {
+  const size_t tile = (size_t)16 * rt_tma_row_stride(F, cols), x = head_tma_smem(F, cols, 0);
+  const size_t n = x < RT_TMA_SMEM ? (RT_TMA_SMEM - x) / tile : 0;
+  return n < 2 ? 0 : n > RT_TMA_MAXST ? RT_TMA_MAXST : (int)n;
+}
+
+template <int F> static void head_tma_run(gpu_session *g, const mv_launch &m, int nstage) {
+  static bool attr = false; // per instantiation, before its first launch
+  if (!attr)
+    attr = cudaFuncSetAttribute(k_head_tma<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_TMA_SMEM) ==
+           cudaSuccess;
+  const int64_t tiles = (m.rows + 15) / 16;
+  go(g, true, k_head_tma<F>, dim3((unsigned)(tiles < g->sms ? tiles : g->sms)), dim3(288),
+     head_tma_smem(F, m.cols, nstage), (const dlin *)g->lins, (const mv_task *)m.dev, nstage);
+}
+
+// The FP8 or BF16 head at one token through the bulk copy engine
+// (k_head_tma) where it applies: as k_head_mma's conditions, one token, at
+// least 2 tiles of the rows in RT_TMA_SMEM; MTPQ_CUDA_HEAD_TMA=0 (or
+// MTPQ_CUDA_HEAD_MMA=0): not
+static bool launch_head_tma(gpu_session *g, const mv_launch &m) {
+  if (!g->htma || !g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
+      nb_slots(m.nbmax) != 1)
+    return false;
+  const int ns = head_tma_stages(m.fmt, m.cols);
+  if (!ns) return false;
+  m.fmt == 1 ? head_tma_run<1>(g, m, ns) : head_tma_run<0>(g, m, ns);
+  return true;
+}
+
 static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
   if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
@@ -644,7 +683,7 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
 
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
-  if (launch_head_mma(g, m)) return;
+  if (launch_head_tma(g, m) || launch_head_mma(g, m)) return;
   const int NB = nb_slots(m.nbmax);
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;

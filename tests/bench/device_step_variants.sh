@@ -29,11 +29,22 @@ if [ "${MTPQ_TESTS:-1}" = 1 ]; then
   (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
   grep -E 'tests passed|tests failed' "$OUT/gpu-tests.txt" || tail -3 "$OUT/gpu-tests.txt"
 fi
+# MTPQ_ROW_VARIANTS: the rows between the default's two, each LABEL:VAR=VALUE[,VAR=VALUE...]
 [ "${MTPQ_ROWS:-1}" = 1 ] && {
 dev_row ./build-gpu default
-dev_row ./build-gpu no-pdl MTPQ_CUDA_PDL=0
+for v in ${MTPQ_ROW_VARIANTS:-no-pdl:MTPQ_CUDA_PDL=0}; do
+  dev_row ./build-gpu "${v%%:*}" $(echo "${v#*:}" | tr ',' ' ')
+done
 dev_row ./build-gpu default-again
 } | tee "$OUT/variants.txt"
+# MTPQ_SASS=REGEX: the disassembly of the kernels whose mangled names match, in $OUT/sass.txt
+if [ -n "${MTPQ_SASS:-}" ]; then
+  o=$(find build-gpu -name runtime_cuda.cu.o | head -1)
+  for f in $(cuobjdump -elf "$o" 2>/dev/null | grep -oE '\.text\.[A-Za-z0-9_]+' | sed 's/^\.text\.//' | grep -E "$MTPQ_SASS" | sort -u); do
+    cuobjdump -sass -fun "$f" "$o"
+  done > "$OUT/sass.txt" 2>&1
+  grep -oE '(LDS|HMMA|UBLKCP|SYNCS|BAR|LDG|F2FP)[A-Z0-9._]*' "$OUT/sass.txt" | sort | uniq -c
+fi
 [ "${MTPQ_NCU:-1}" = 1 ] && dev_ncu ./build-gpu tree
 if [ "${MTPQ_NCU_DETAIL:-0}" = 1 ]; then # why the slow kernels are slow: stall reasons, memory throughput
   timeout 200 ncu --clock-control none --cache-control none --profile-from-start off -k 'regex:k_attn|k_mv|k_route' \
