@@ -9,8 +9,7 @@
  * to 8 slots) within relative error 1e-5 of the CPU, and batched drafts of
  * 2, 3 and 5 sequences with different contexts (launches of 2, 4 and 8
  * tokens), then of one of them alone (the head at one token; the three
- * largest heads also with MTPQ_CUDA_HEAD_TMA=0, k_head_mma at one token, and
- * MTPQ_CUDA_HEAD_MMA=0, the FFMA heads), giving the
+ * largest heads also with MTPQ_CUDA_HEAD_MMA=0, the FFMA heads), giving the
  * CPU's tokens; one of them once more at contexts over 8K.
  * Tolerance: both backends accumulate in float32 in different orders. */
 #include <check.h>
@@ -159,9 +158,9 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   ck_assert_msg(mtpq_session_draft(g, 1, &t1, h, &s1, STEPS, d1g, &err) == MTPQ_OK, "%s", err.msg);
   int same1 = 0;
   for (int i = 0; i < STEPS; i++) same1 += d1c[i] == d1g[i];
-  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA"), *ht = getenv("MTPQ_CUDA_HEAD_TMA");
-  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_HEAD_TMA=%s): prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence "
-         "drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default", ht ? ht : "default", worst, same, all, same1, STEPS);
+  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA");
+  printf("%s (MTPQ_CUDA_HEAD_MMA=%s): prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence "
+         "drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default", worst, same, all, same1, STEPS);
   ck_assert_int_eq(same, all);
   ck_assert_int_eq(same1, STEPS);
   free(h), free(oc), free(og);
@@ -169,17 +168,12 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   mtpq_drafter_close(d);
 }
 
-/* compare_random with the default heads (at one token k_head_tma, the
- * weights through the bulk copy engine; at 2..8 tokens k_head_mma where it
- * applies: cols % 64 == 0), then when also_others with
- * MTPQ_CUDA_HEAD_TMA=0 (k_head_mma at one token too) and with
- * MTPQ_CUDA_HEAD_MMA=0 (k_mv's FFMA head at every token count) */
-static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_others) {
+/* compare_random with the default heads (k_head_mma at 1..8 tokens where
+ * it applies: cols % 64 == 0), then with MTPQ_CUDA_HEAD_MMA=0 when
+ * also_ffma (the head on k_mv's FFMA path at every token count) */
+static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_ffma) {
   compare_random(target, drafter, ctx0);
-  if (also_others) {
-    setenv("MTPQ_CUDA_HEAD_TMA", "0", 1);
-    compare_random(target, drafter, ctx0);
-    unsetenv("MTPQ_CUDA_HEAD_TMA");
+  if (also_ffma) {
     setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
     compare_random(target, drafter, ctx0);
     unsetenv("MTPQ_CUDA_HEAD_MMA");
@@ -220,7 +214,7 @@ START_TEST(test_random_shapes) {
     char dir[700];
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
     gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
-    const int big_head = k >= 5; /* the three large heads: also with k_head_tma, then the tensor cores, off */
+    const int big_head = k >= 5; /* the three large heads: also with k_head_mma off */
     compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, big_head);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */

@@ -1,15 +1,16 @@
-// The FP8 and BF16 heads at one token, their weights streamed by the bulk
-// copy engine (included by kernels/runtime_cuda.cu after rt_head.cuh).
+// The FP8 and BF16 products at one token whose weights are streamed by the
+// bulk copy engine (included by kernels/runtime_cuda.cu after rt_head.cuh):
+// the head (with the argmax) and, opt-in, the dense products of the step
+// (fc, q/k/v, o, router, the shared expert).
 //
-// Why: k_head_mma keeps 8 x 16 bytes in flight per lane in registers and
-// issues the next batch only when the last has been used, so its rows reach
-// ~4.1-4.2 TB/s (the FP8 head 55.5 us for 201.9 MB under ncu, the BF16 one
-// 149.9 us for 621 MB) against the 4.5 TB/s a plain read reaches, and before
-// its wait it can request only those 8 loads (8.6 MB over the chip). Here one
-// block per SM keeps nstage 16-row tiles (about 200 KB: 6 FP8 or 3 BF16
-// tiles of 2,048 columns) in flight in shared memory through
-// cp.async.bulk, refilled by a producer warp as soon as the 8 consumer
-// warps release a tile, and requests all of them before the wait.
+// Why: k_head_mma and k_mv keep their loads in flight in registers (8 x 16
+// bytes per lane) and can request only that much before they wait for the
+// kernel before them; a k_mv block takes so many registers that the next
+// launch's blocks cannot be resident beside it. Here one block per SM keeps
+// nstage 16-row tiles in flight in shared memory through cp.async.bulk,
+// refilled by a producer warp as soon as the 8 consumer warps release a
+// tile, and requests all nstage before the wait: a dense product whose
+// tiles all fit has all its weights requested before its input exists.
 //
 // Arithmetic: the same as k_head_mma<F, 1> (rt_head.cuh): x as three f16 or
 // bf16 pieces of x * 2^s, m16n8k16 MMAs with f32 accumulators, the same
@@ -17,15 +18,17 @@
 // g and g + 8 for band b), read from shared memory instead of global. The
 // bands are split over the 8 warps (warp w: bands w, w + 8, ...) and the
 // warps' row sums are added in warp order, so only the order of the f32
-// sums differs from k_head_mma (the gpu tests' tolerance and argmax checks).
+// sums differs from k_head_mma and k_mv (the gpu tests' tolerance and argmax
+// checks).
 //
 // Shared memory: a tile's rows at a stride of the row's bytes + 64 (FP8) or
 // + 16 (BF16), so that the two rows a quarter-warp reads with 16-byte loads
 // fall in different banks.
 #pragma once
 
-#define RT_TMA_SMEM (220 * 1024) // dynamic shared memory a block of k_head_tma may take
+#define RT_TMA_SMEM (220 * 1024) // dynamic shared memory a block of k_tma may take
 #define RT_TMA_MAXST 16          // the most tiles in flight
+#define RT_TMA_MAXT 4            // the most tasks of a product launch
 
 __device__ __forceinline__ uint32_t rt_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -68,43 +71,69 @@ __host__ __device__ __forceinline__ int rt_tma_row_stride(int F, int64_t cols) {
 }
 
 // blockDim 288 (8 consumer warps, then the producer warp), one block per
-// SM; one task (the head: T.best, optionally T.logits) of one token, F = 1
-// (FP8) or 0 (BF16), cols % 64 == 0; nstage tiles (2..RT_TMA_MAXST) of
-// 16 x rt_tma_row_stride bytes, then x's three pieces (3 x (cols + 16)
-// halves) in dynamic shared memory.
-template <int F>
-__global__ void __launch_bounds__(288, 1) k_head_tma(const dlin *tab, const mv_task *tasks, int nstage) {
+// SM; one token; F = 1 (FP8) or 0 (BF16), cols % 64 == 0. HEAD: one task,
+// the head (T.best, optionally T.logits). Else ntask <= RT_TMA_MAXT tasks
+// of one plain term each (no routing), all of one x and one width, y[r] of
+// each written; their 16-row tiles are numbered task after task. nstage
+// tiles (1..RT_TMA_MAXST; 1 only where no block has two) of 16 x
+// rt_tma_row_stride bytes, then x's three pieces (3 x (cols + 16) halves)
+// in dynamic shared memory.
+template <int F, bool HEAD>
+__global__ void __launch_bounds__(288, 1) k_tma(const dlin *tab, const mv_task *tasks, int ntask, int nstage) {
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
   extern __shared__ __align__(128) unsigned char rt_tsm[];
-  __shared__ mv_task T;
+  __shared__ dlin Ls[RT_TMA_MAXT];
+  __shared__ float *ys[RT_TMA_MAXT];
+  __shared__ int64_t t0[RT_TMA_MAXT + 1]; // the first tile of each task
+  __shared__ const float *xp;
+  __shared__ unsigned long long *bestp;
+  __shared__ float *logp;
   __shared__ __align__(8) uint64_t full[RT_TMA_MAXST], empty[RT_TMA_MAXST];
-  __shared__ float red[2][8][16], fsh[9], post;
+  __shared__ float red[2][8][16], fsh[9];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   rt_trigger();
-  rt_task_load(tasks, T); // (the first 256 threads; blockDim beyond is fine: a word per thread)
+  if (tid < ntask) {
+    const mv_task *T = tasks + tid;
+    Ls[tid] = tab[T->t[0].lin];
+    ys[tid] = T->y;
+    if (tid == 0) xp = T->t[0].x, bestp = T->best, logp = T->logits;
+  }
   if (tid == 0) {
     for (int s = 0; s < nstage; s++) rt_mbar_init(&full[s], 1), rt_mbar_init(&empty[s], 8);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  const dlin L = tab[T.t[0].lin];
-  const int cols = (int)L.cols, nband = cols / 64, ps = cols + 16, RS = rt_tma_row_stride(F, cols);
+  if (tid == 0) {
+    t0[0] = 0;
+    for (int k = 0; k < ntask; k++) t0[k + 1] = t0[k] + (Ls[k].rows + 15) / 16;
+  }
+  __syncthreads();
+  const int cols = (int)Ls[0].cols, nband = cols / 64, ps = cols + 16, RS = rt_tma_row_stride(F, cols);
   const uint32_t rowb = (uint32_t)cols * (F == 1 ? 1 : 2);
-  const int64_t rows = L.rows, ntile = (rows + 15) / 16;
+  const int64_t ntile = t0[ntask];
   unsigned char *tiles = rt_tsm;
   H *pc = reinterpret_cast<H *>(rt_tsm + (size_t)nstage * 16 * RS);
+  // global tile tl: its task and first row
+  auto locate = [&](int64_t tl, int &task, int64_t &r0) {
+    task = 0;
+    while (task + 1 < ntask && tl >= t0[task + 1]) task++;
+    r0 = (tl - t0[task]) * 16;
+  };
   // the producer: tile k of this block (global tile blockIdx.x + k gridDim.x) into stage k % nstage
   uint64_t pol = 0;
   auto issue = [&](int64_t k) {
-    const int64_t tl = blockIdx.x + k * gridDim.x;
+    int task;
+    int64_t r0;
+    locate(blockIdx.x + k * gridDim.x, task, r0);
     const int s = (int)(k % nstage);
-    const int nr = (int)(rows - tl * 16 < 16 ? rows - tl * 16 : 16);
+    const int64_t rows = Ls[task].rows;
+    const int nr = (int)(rows - r0 < 16 ? rows - r0 : 16);
     if (lane == 0) rt_mbar_expect(&full[s], (uint32_t)nr * rowb);
     __syncwarp();
     if (lane < nr)
-      rt_bulk_copy(tiles + (size_t)s * 16 * RS + (size_t)lane * RS, L.w + (size_t)(tl * 16 + lane) * rowb, rowb, &full[s],
-                   pol);
+      rt_bulk_copy(tiles + (size_t)s * 16 * RS + (size_t)lane * RS, Ls[task].w + (size_t)(r0 + lane) * rowb, rowb,
+                   &full[s], pol);
   };
   const int64_t mine = blockIdx.x < ntile ? (ntile - 1 - blockIdx.x) / gridDim.x + 1 : 0; // this block's tiles
   if (warp == 8) {
@@ -113,7 +142,7 @@ __global__ void __launch_bounds__(288, 1) k_head_tma(const dlin *tab, const mv_t
   }
   rt_wait();
   // x -> three pieces of x * 2^s in shared memory (k_head_mma's arithmetic)
-  const float *x = T.t[0].x;
+  const float *x = xp;
   float m = 0.0f;
   if (tid < 256)
     for (int c = tid; c < cols; c += 256) m = fmaxf(m, fabsf(x[c]));
@@ -125,7 +154,6 @@ __global__ void __launch_bounds__(288, 1) k_head_tma(const dlin *tab, const mv_t
   const int sx = m > 0.0f ? 14 - ilogbf(m) : 0; // m * 2^sx in [2^14, 2^15)
   if (tid < 256)
     for (int c = tid; c < cols; c += 256) rt_split3<H>(ldexpf(x[c], sx), pc[c], pc[ps + c], pc[2 * ps + c]);
-  if (tid == 0) post = ldexpf(F == 1 ? L.s : 1.0f, -sx);
   __syncthreads();
   if (warp == 8) { // refill each stage once the 8 consumer warps have released it
     for (int64_t k = nstage; k < mine; k++) {
@@ -135,10 +163,8 @@ __global__ void __launch_bounds__(288, 1) k_head_tma(const dlin *tab, const mv_t
     return;
   }
   unsigned long long best = 0;
-  const float pst = post;
   for (int64_t k = 0; k < mine; k++) {
     const int s = (int)(k % nstage);
-    const int64_t tl = blockIdx.x + k * gridDim.x;
     rt_mbar_wait(&full[s], (uint32_t)((k / nstage) & 1));
     const unsigned char *st = tiles + (size_t)s * 16 * RS;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -183,23 +209,30 @@ __global__ void __launch_bounds__(288, 1) k_head_tma(const dlin *tab, const mv_t
     // once more (for tile k + 1), so after these reads
     asm volatile("bar.sync 1, 256;" ::: "memory");
     if (tid < 16) {
+      int task;
+      int64_t r0;
+      locate(blockIdx.x + k * gridDim.x, task, r0);
       float y = 0.0f;
 #pragma unroll
       for (int w = 0; w < 8; w++) y += red[k & 1][w][tid];
-      y *= pst;
-      const int64_t r = tl * 16 + tid;
-      if (r < rows) {
-        const unsigned long long key = rt_argmax_key(y, (uint32_t)r);
-        best = key > best ? key : best;
-        if (T.logits) T.logits[r] = y;
+      y *= ldexpf(F == 1 ? Ls[task].s : 1.0f, -sx); // the FP8 tensor scale and 2^-s
+      const int64_t r = r0 + tid;
+      if (r < Ls[task].rows) {
+        if constexpr (HEAD) {
+          const unsigned long long key = rt_argmax_key(y, (uint32_t)r);
+          best = key > best ? key : best;
+          if (logp) logp[r] = y;
+        } else {
+          ys[task][r] = y;
+        }
       }
     }
   }
-  if (warp == 0) {
+  if (HEAD && warp == 0) {
     for (int o = 16; o > 0; o >>= 1) {
       const unsigned long long q = __shfl_xor_sync(0xFFFFFFFFu, best, o);
       best = q > best ? q : best;
     }
-    if (lane == 0 && best) atomicMax(T.best, best);
+    if (lane == 0 && best) atomicMax(bestp, best);
   }
 }
