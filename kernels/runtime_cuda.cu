@@ -32,7 +32,6 @@ extern "C" {
 }
 #include "kernels/rt_ops.cuh"
 #include "kernels/rt_head.cuh"
-#include "kernels/rt_tma.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -50,7 +49,6 @@ struct mv_launch {
   int ntask = 0, nbmax = 0, fmt = -1; // fmt: the terms' format, 3 when mixed
   bool glu = false;                   // gate/up row pairs: the launch needs an even number of rows per warp
   bool best = false;                  // the head: argmax keys
-  bool plain = false;                 // every task one plain term (no routing) of one x and one width: k_tma applies
   int groups = 0;                     // the fewest (term, 512-column band) groups of a task's row
   int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
   int fl = 0;                 // k_mv's RT_MV_* flags
@@ -72,9 +70,6 @@ struct gpu_session {
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
-  int htma;               // at one token, the head's weights through the bulk copy engine (k_tma; MTPQ_CUDA_HEAD_TMA=1)
-  int mvtma, mvtma_kb;    // the dense products at one token likewise (MTPQ_CUDA_MV_TMA=1), in at most
-                          // MTPQ_CUDA_MV_TMA_KB of shared memory a block (default 110: two fit an SM)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -257,9 +252,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
-  g->htma = env_int("MTPQ_CUDA_HEAD_TMA", 0) == 1;
-  g->mvtma = env_int("MTPQ_CUDA_MV_TMA", 0) == 1;
-  g->mvtma_kb = env_int("MTPQ_CUDA_MV_TMA_KB", 110);
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
@@ -407,10 +399,7 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
   m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
-  m->plain = v.size() <= RT_TMA_MAXT && !m->glu;
   for (const mv_task &t : v) {
-    m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w && t.t[0].x == v[0].t[0].x &&
-               g->host_lins[t.t[0].lin].cols == g->host_lins[v[0].t[0].lin].cols;
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const dlin &L0 = g->host_lins[t.t[0].lin];
     const int gr = t.nterm * (int)((L0.cols + 511) / 512);
@@ -602,9 +591,13 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 // instructions grow with the tokens (k_mv: a conversion per weight, an FMA
 // per weight and token, x per band and token from L1), the MMA's do not
 // until 3 tokens fill its 8 columns. MTPQ_CUDA_HEAD_MMA: 0 none, 1 one token
-// only, 2 (the default) 1..8 tokens (H200, 4K: mtpq batch 2/4/8 202.2 /
-// 367.6 / 718.2 -> 179.6 / 257.4 / 396.7 us a step; tests/bench/RESULTS.md,
-// eleventh round). At one token k_head_tma takes it where it applies.
+// only, 2 (the default) 1..8 tokens (H200, 4K: mtpq batch 2/4/8 201.3 /
+// 725.5 at 1 -> 180.0 / 397.3 us a step, stock 298.5 / 989.9 -> 286.4 /
+// 545.6; tests/bench/RESULTS.md, twelfth round). Streaming the one-token
+// head's weights through the bulk copy engine instead (16-row tiles in
+// shared memory, ~200 KB in flight per SM, all of the first requested before
+// the wait) measured no faster: 55.2 us under ncu against 55.5-57.5, the
+// step 136.9-137.7 vs 136.0 (twelfth round)
 #define RT_HEAD_SMEM (110 * 1024)
 
 // the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
@@ -639,43 +632,6 @@ template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
   m.fmt == 1 ? head_mma_run<1, NB>(g, m, smem) : head_mma_run<0, NB>(g, m, smem);
 }
 
-// k_tma's dynamic shared memory for nstage tiles
-static size_t tma_smem(int F, int64_t cols, int nstage) {
-  return (size_t)nstage * 16 * rt_tma_row_stride(F, cols) + (size_t)3 * (size_t)(cols + 16) * 2;
-}
-
-template <int F, bool HEAD> static void tma_run(gpu_session *g, const mv_launch &m, int nstage, int64_t grid) {
-  static bool attr = false; // per instantiation, before its first launch
-  if (!attr)
-    attr = cudaFuncSetAttribute(k_tma<F, HEAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_TMA_SMEM) ==
-           cudaSuccess;
-  go(g, true, k_tma<F, HEAD>, dim3((unsigned)grid), dim3(288), tma_smem(F, m.cols, nstage), (const dlin *)g->lins,
-     (const mv_task *)m.dev, m.ntask, nstage);
-}
-
-// A launch at one token through the bulk copy engine (k_tma) where it
-// applies: FP8 or BF16, cols % 64 == 0; the head (MTPQ_CUDA_HEAD_TMA=1, not
-// with MTPQ_CUDA_HEAD_MMA=0) in up to RT_TMA_SMEM, or a plain dense product
-// (MTPQ_CUDA_MV_TMA=1) in up to MTPQ_CUDA_MV_TMA_KB, so that the next
-// launch's blocks fit beside it; one block per SM, as many tiles in flight
-// as fit (all of a block's where they do), at least 2 where a block has more
-// than one
-static bool launch_tma(gpu_session *g, const mv_launch &m) {
-  if (!g->fast || (m.fmt != 0 && m.fmt != 1) || m.cols % 64 || nb_slots(m.nbmax) != 1) return false;
-  if (m.best ? !g->htma || !g->hmma || m.ntask != 1 : !g->mvtma || !m.plain) return false;
-  int64_t tiles = 0;
-  for (int64_t r : m.trows) tiles += (r + 15) / 16;
-  const int64_t grid = tiles < g->sms ? tiles : g->sms, most = (tiles + grid - 1) / grid;
-  const size_t budget = m.best ? (size_t)RT_TMA_SMEM : (size_t)g->mvtma_kb * 1024, x = tma_smem(m.fmt, m.cols, 0);
-  const size_t tile = (size_t)16 * rt_tma_row_stride(m.fmt, m.cols);
-  int64_t ns = budget > x && budget <= RT_TMA_SMEM ? (int64_t)((budget - x) / tile) : 0;
-  ns = ns > most ? most : ns > RT_TMA_MAXST ? RT_TMA_MAXST : ns;
-  if (ns < 1 || (ns < 2 && most > 1)) return false;
-  if (m.best) m.fmt == 1 ? tma_run<1, true>(g, m, (int)ns, grid) : tma_run<0, true>(g, m, (int)ns, grid);
-  else m.fmt == 1 ? tma_run<1, false>(g, m, (int)ns, grid) : tma_run<0, false>(g, m, (int)ns, grid);
-  return true;
-}
-
 static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
   if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
@@ -690,9 +646,17 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   return true;
 }
 
+// The plain dense products at one token (fc, q/k/v, o, router, shared
+// expert) with all of their weights requested before the wait, through the
+// bulk copy engine into shared memory (at most 110 KB a block, so that the
+// next launch's blocks fit beside it), and products on tensor cores: under
+// ncu fc 7.6 -> 6.9 us, q/k/v 11.7 -> 10.4, o 7.4 -> 6.8, but the step no
+// faster (139.6 vs 138.1-138.6 us; tests/bench/RESULTS.md, twelfth round):
+// what these kernels cost the chain is not the time their weights take to
+// arrive.
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
-  if (launch_tma(g, m) || launch_head_mma(g, m)) return;
+  if (launch_head_mma(g, m)) return;
   const int NB = nb_slots(m.nbmax);
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;
