@@ -26,7 +26,7 @@ M=./build-gpu/mtpq
 dev_card
 dev_fixture ./build-gpu
 if [ "${MTPQ_TESTS:-1}" = 1 ]; then
-  (cd build-gpu && timeout 300 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
+  (cd build-gpu && timeout 500 ctest -R check_gpu_runtime --output-on-failure) > "$OUT/gpu-tests.txt" 2>&1
   grep -E 'tests passed|tests failed' "$OUT/gpu-tests.txt" || tail -3 "$OUT/gpu-tests.txt"
 fi
 # MTPQ_ROW_VARIANTS: the rows between the default's two, each LABEL:VAR=VALUE[,VAR=VALUE...]
