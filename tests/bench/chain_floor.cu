@@ -8,6 +8,9 @@
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/chain_floor tests/bench/chain_floor.cu
 //   /tmp/chain_floor
 // Prints one row per variant: us per graph (median of 9 runs of 100 launches).
+// The two "reading the last's output" rows add what every real kernel does
+// after its wait: read the vector the kernel before wrote (from L2), reduce
+// it over the block, write one for the next (not yet run on a GPU).
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
@@ -47,8 +50,12 @@ __device__ __forceinline__ unsigned stream(const uint4 *w, int64_t n16, int64_t 
 // (before 1) or after griddepcontrol.wait, or (before 2) a thread's first 8
 // loads before it and the rest after (what a kernel that keeps its first
 // loads in registers can do); sink written only on an impossible value so
-// the loads stay
-__global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, unsigned *sink, int before) {
+// the loads stay. xin, yout (dep, with before 2): after the wait each
+// thread reads one float of the 2,048 the kernel before wrote (from L2) and
+// the block sums them (a barrier), as every real kernel reads its input and
+// most reduce it; blocks 0..7 write the 2,048 the next kernel reads
+__global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, unsigned *sink, int before,
+                                                const float *xin, float *yout) {
   asm volatile("griddepcontrol.launch_dependents;");
   unsigned a = 0;
   if (before == 2) {
@@ -57,9 +64,19 @@ __global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, uns
 #pragma unroll
     for (int u = 0; u < 8; u++) v[u] = i + u * st < n16 ? __ldcs(w + i + u * st) : make_uint4(0, 0, 0, 0);
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    float sum = 0.0f;
+    if (xin) {
+      __shared__ float part[8];
+      float x = __ldcg(xin + (blockIdx.x & 7) * 256 + threadIdx.x);
+      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
+      if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+      __syncthreads();
+      for (int k = 0; k < 8; k++) sum += part[k];
+    }
 #pragma unroll
     for (int u = 0; u < 8; u++) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     a ^= stream(w, n16, 8);
+    if (yout && blockIdx.x < 8) yout[blockIdx.x * 256 + threadIdx.x] = sum * 0.5f + (float)(a & 1);
   } else {
     if (!before) asm volatile("griddepcontrol.wait;" ::: "memory");
     a = stream(w, n16);
@@ -117,6 +134,9 @@ int main() {
   CK(cudaMalloc(&buf, (size_t)(total + 64 * step.size())));
   CK(cudaMemset(buf, 1, (size_t)(total + 64 * step.size())));
   CK(cudaMalloc(&sink, 4096));
+  float *vec; // two 2,048-float vectors the dep variants pass from kernel to kernel
+  CK(cudaMalloc(&vec, 2 * 2048 * sizeof(float)));
+  CK(cudaMemset(vec, 0, 2 * 2048 * sizeof(float)));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   // HBM read rate of one big stream, for the floor
@@ -129,6 +149,7 @@ int main() {
     int fused;   // 1: the 6 byte-free kernels (norms, combine, routing, feedback) folded into their neighbours
     int persist; // one persistent kernel, a grid barrier between phases
     int skip;    // the kernel of step left out (0: none; k > 0: step[k])
+    int dep;     // each kernel reads 2,048 floats the one before wrote and reduces them (with before 2)
   };
   const char *kname[] = {"prep", "fc", "norm", "q/k/v", "attention", "combine", "o", "residual+norm",
                          "router", "routing", "routed gate/up", "down", "final norm", "head", "feedback"};
@@ -147,6 +168,8 @@ int main() {
       {"one persistent kernel, 9 phases, 4 blocks/SM", 0, 0, 1, 1, 1, 4, 1, 1},
       {"one persistent kernel, 15 phases, no bytes", 0, 0, 0, 1, 1, 4, 0, 1},
       {"step bytes, first 8 loads a thread before wait, PDL", 1, 2, 1, 1, 1, 8},
+      {"the same, each reading and reducing the last's output", 1, 2, 1, 1, 1, 8, 0, 0, 0, 1},
+      {"15 kernels, no bytes, each reading the last's output", 1, 2, 0, 1, 1, 8, 0, 0, 0, 1},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 1},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 3},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 4},
@@ -202,14 +225,18 @@ int main() {
     if (v.persist)
       k_persist<<<sms * v.blocks_per_sm, 256, 0, s>>>(buf, d_off, d_n16, (int)it.size(), bar, sink);
     else
-      for (const item &x : it) {
+      for (size_t q = 0; q < it.size(); q++) {
+        const item &x = it[q];
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.gridDim = dim3((unsigned)(sms * v.blocks_per_sm)), cfg.blockDim = dim3(256), cfg.stream = s;
         cfg.attrs = at, cfg.numAttrs = v.pdl && x.k > 0 ? 1 : 0;
-        CK(cudaLaunchKernelEx(&cfg, k_stream, (const uint4 *)(buf + x.o), (int64_t)(x.b / 16), sink, v.before));
+        const float *xin = v.dep ? vec + (q & 1) * 2048 : nullptr;
+        float *yout = v.dep ? vec + ((q + 1) & 1) * 2048 : nullptr;
+        CK(cudaLaunchKernelEx(&cfg, k_stream, (const uint4 *)(buf + x.o), (int64_t)(x.b / 16), sink, v.before, xin,
+                              yout));
       }
     CK(cudaStreamEndCapture(s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));
