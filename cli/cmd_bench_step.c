@@ -156,8 +156,8 @@ int cmd_bench_step(int argc, char **argv) {
   printf("bench-step: %s backend%s%s, median of %d calls of %d draft steps (drafter forward + head argmax, fed back), "
          "HBM read %.0f GB/s (%s)\n", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", be == MTPQ_BACKEND_CUDA ? " on " : "",
          be == MTPQ_BACKEND_CUDA ? mtpq_gpu_name() : "", iters, k, hbm, hsrc);
-  printf("%-30s %7s %5s %9s %9s %8s %6s %9s %8s %10s\n", "drafter", "context", "batch", "us/step", "MB read", "GB/s",
-         "% HBM", "floor us", "speedup", "drafts/s");
+  printf("%-30s %7s %5s %9s %9s %8s %6s %9s %7s %8s %10s\n", "drafter", "context", "batch", "us/step", "MB read",
+         "GB/s", "% HBM", "floor us", "x floor", "speedup", "drafts/s");
   fflush(stdout);
   /* row by row, printed as measured (a long run shows its progress) */
   for (int c = 0; c < nctx; c++)
@@ -177,9 +177,9 @@ int cmd_bench_step(int argc, char **argv) {
         mtpq_drafter_close(dr);
         if (st) return cli_fail(st, &err);
         if (d == 0) stock = sv;
-        double us = sv * 1e6, gbs = (double)by / sv / 1e9;
-        printf("%-30.30s %7lld %5d %9.1f %9.2f %8.1f %5.1f%% %9.1f %7.2fx %10.0f\n", name, (long long)ctxs[c], bats[b],
-               us, (double)by / 1e6, gbs, 100.0 * gbs / hbm, (double)by / (hbm * 1e3), stock / sv, bats[b] / sv);
+        double us = sv * 1e6, gbs = (double)by / sv / 1e9, floor = (double)by / (hbm * 1e3);
+        printf("%-30.30s %7lld %5d %9.1f %9.2f %8.1f %5.1f%% %9.1f %7.2f %7.2fx %10.0f\n", name, (long long)ctxs[c],
+               bats[b], us, (double)by / 1e6, gbs, 100.0 * gbs / hbm, floor, us / floor, stock / sv, bats[b] / sv);
         if (ts) /* one round: k draft steps, then one target verify step, yielding MAL tokens per sequence */
           printf("%-30s %7s %5s est. decode %.1f tokens/s per sequence = MAL %.3f / (%.3f ms + %d x %.4f ms)\n", "",
                  "", "", malv * 1e3 / (tstep + k * us / 1e3), malv, tstep, k, us / 1e3);
@@ -187,6 +187,7 @@ int cmd_bench_step(int argc, char **argv) {
       }
     }
   printf("bytes = dense linears + head once, plus per sequence: top-k experts, one embedding row, float32 K/V of "
-         "the positions attended; floor = bytes / HBM; speedup = stock us / this us; drafts/s = batch / step\n");
+         "the positions attended; floor = bytes / HBM; x floor = us / floor; speedup = stock us / this us; drafts/s = "
+         "batch / step\n");
   return 0;
 }

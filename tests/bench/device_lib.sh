@@ -30,7 +30,7 @@ dev_row() {
   shift 2
   env "$@" timeout 90 "$b"/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context "${CTX:-4096}" \
     --iters "${ITERS:-40}" ${BATCH:+--batch $BATCH} ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
-  printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-6)}')"
+  printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-7)}')"
 }
 
 # BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K, batch 1 (or

@@ -10,6 +10,7 @@ Usage: test_bench_step.py MTPQ TESTDATA
 import json
 import os
 import struct
+import re
 import subprocess
 import sys
 
@@ -58,11 +59,17 @@ p = subprocess.run([MTPQ, "bench-step", "--target", M, "--backend", "cpu", "--it
                    capture_output=True, text=True)
 check(p.returncode == 0, f"bench-step rc {p.returncode}: {p.stderr}")
 rows = [l.split() for l in p.stdout.splitlines() if l.startswith("stock")]
+hm = re.search(r"HBM read (\d+) GB/s", p.stdout)
+check(hm is not None, f"no HBM rate in the header: {p.stdout}")
+hbm = float(hm.group(1)) if hm else 1.0
 check(len(rows) == 4, f"expected 4 stock rows, got {p.stdout}")
 want_rows = [(c, b) for c in ctxs for b in bats]
 for (ctx, b), r in zip(want_rows, rows):
-    # "stock (target mtp.*) CTX BATCH US MB GBS PCT FLOOR SPEEDUP DRAFTS/S"
-    got_ctx, got_b, us, mb, dps = int(r[3]), int(r[4]), float(r[5]), float(r[6]), float(r[11])
+    # "stock (target mtp.*) CTX BATCH US MB GBS PCT FLOOR XFLOOR SPEEDUP DRAFTS/S"
+    got_ctx, got_b, us, mb, dps = int(r[3]), int(r[4]), float(r[5]), float(r[6]), float(r[12])
+    # x floor = us / floor, floor = bytes / HBM (the header's GB/s; floor's printed 0.1 us is too coarse here)
+    xfloor, want = float(r[10]), us / (mb * 1e3 / hbm)
+    check(abs(xfloor - want) <= 0.01 + 0.01 * want, f"context {ctx} batch {b}: x floor {xfloor}, expected {want:.2f}")
     check((got_ctx, got_b) == (ctx, b), f"row {got_ctx},{got_b} != {ctx},{b}")
     check(abs(mb - expect(ctx, b) / 1e6) < 0.006, f"context {ctx} batch {b}: {mb} MB read, "
           f"expected {expect(ctx, b) / 1e6:.4f}")
