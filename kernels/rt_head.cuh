@@ -1,4 +1,5 @@
-// The FP8 and BF16 heads at 1..8 tokens on tensor cores (included by
+// The FP8 and BF16 heads at 1..8 tokens on tensor cores, and (opt-in, the
+// Y mode) the plain dense FP8/BF16 products at 2..8 tokens (included by
 // kernels/runtime_cuda.cu after rt_ops.cuh). Why: the FFMA head (k_mv<1, 8,
 // 8, 1>) spends ~2.5 instructions per weight (E4M3 pair -> half pair, half
 // -> float, FFMA) and issues 0.58 per cycle per scheduler at 75% of DRAM

@@ -652,14 +652,6 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   return true;
 }
 
-// The plain dense products at one token (fc, q/k/v, o, router, shared
-// expert) with all of their weights requested before the wait, through the
-// bulk copy engine into shared memory (at most 110 KB a block, so that the
-// next launch's blocks fit beside it), and products on tensor cores: under
-// ncu fc 7.6 -> 6.9 us, q/k/v 11.7 -> 10.4, o 7.4 -> 6.8, but the step no
-// faster (139.6 vs 138.1-138.6 us; tests/bench/RESULTS.md, twelfth round):
-// what these kernels cost the chain is not the time their weights take to
-// arrive.
 // The plain dense FP8/BF16 products at 2..8 tokens on tensor cores
 // (k_head_mma<F, NB, true, S>), opt-in: MTPQ_CUDA_MV_MMA=1. Why: at 8
 // tokens k_mv's FFMA products run at 0.33-0.37 TB/s (ncu, 4K batch 8: q/k/v
@@ -711,6 +703,15 @@ static bool launch_mv_mma(gpu_session *g, const mv_launch &m) {
   return true;
 }
 
+// A launch's kernel: the head on tensor cores, the plain products at 2..8
+// tokens on tensor cores (opt-in), else k_mv's variants. Tried and not kept
+// for the plain products at one token: all of their weights requested
+// before the wait, through the bulk copy engine into shared memory (at most
+// 110 KB a block, so that the next launch's blocks fit beside it), summed on
+// tensor cores: under ncu fc 7.6 -> 6.9 us, q/k/v 11.7 -> 10.4, o 7.4 ->
+// 6.8, but the step no faster (139.6 vs 138.1-138.6 us; tests/bench/
+// RESULTS.md, twelfth round): what these kernels cost the chain is not the
+// time their weights take to arrive.
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
   if (launch_head_mma(g, m) || launch_mv_mma(g, m)) return;
