@@ -160,8 +160,9 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   int same1 = 0;
   for (int i = 0; i < STEPS; i++) same1 += d1c[i] == d1g[i];
   const char *hm = getenv("MTPQ_CUDA_HEAD_MMA"), *mm = getenv("MTPQ_CUDA_MV_MMA");
-  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_MV_MMA=%s): prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence "
-         "drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default", mm ? mm : "default", worst, same, all, same1, STEPS);
+  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_MV_MMA=%s): prefill relative error %.3g; batched drafts %d/%d "
+         "tokens equal, one-sequence drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default",
+         mm ? mm : "default", worst, same, all, same1, STEPS);
   ck_assert_int_eq(same, all);
   ck_assert_int_eq(same1, STEPS);
   free(h), free(oc), free(og);
