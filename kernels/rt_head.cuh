@@ -100,6 +100,12 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   __shared__ float fsh[9], post[NB];
   __shared__ float stage[NB > 1 ? 8 : 1][16][NB > 1 ? 8 * NT + 1 : 1];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, part = warp % S;
+  auto tile_sync = [&] { // the tile's S warps meet (at barrier 1 + warp / S), or the warp alone
+    if constexpr (S > 1)
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory");
+    else
+      __syncwarp();
+  };
   rt_trigger();
   rt_task_load(tasks + (Y ? blockIdx.y : 0), T);
   if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
@@ -211,10 +217,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
         stage[warp][g][8 * n + 2 * t] = acc[n][0], stage[warp][g][8 * n + 2 * t + 1] = acc[n][1];
         stage[warp][g + 8][8 * n + 2 * t] = acc[n][2], stage[warp][g + 8][8 * n + 2 * t + 1] = acc[n][3];
       }
-      if constexpr (S > 1) // the tile's S warps meet at barrier 1 + warp / S
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory");
-      else
-        __syncwarp();
+      tile_sync(); // the S warps' sums staged
       const int row = lane & 15;
       const int64_t r = tile * 16 + row;
       if (part == 0) {
@@ -239,10 +242,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
           }
         }
       }
-      if constexpr (S > 1) // stage read before the next tile writes it
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory");
-      else
-        __syncwarp();
+      tile_sync(); // stage read before the next tile writes it
     }
     if (tile + (int64_t)gridDim.x * WB < ntile) load(tile + (int64_t)gridDim.x * WB, bs);
   }

@@ -612,7 +612,14 @@ static int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax 
 // k_head_mma's dynamic shared memory: NB tokens' three pieces of cols (+ 16 padding) halves
 static size_t head_mma_smem(int NB, int64_t cols) { return (size_t)3 * NB * (size_t)(cols + 16) * 2; }
 
-template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+// the most dynamic shared memory (x pieces) of k_head_mma's product mode:
+// one block per SM at fc's 4,096 columns and 8 tokens
+#define RT_MV_MMA_SMEM (200 * 1024)
+
+// k_head_mma<F, NB, Y, S>: the head (Y false: one task) or a plain product
+// (Y: a grid row per task), 8 / S tiles a block at a time
+template <int F, int NB, bool Y = false, int S = 1>
+static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   // the attribute before the instantiation's first launch of any size (a
   // first launch under 48 KB and a later one above it failed at its launch
   // when it was set only for the first); the occupancy per size, kept for
@@ -621,16 +628,17 @@ template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launc
   static size_t per_smem = 0;
   static int per = 0;
   if (!attr)
-    attr = cudaFuncSetAttribute(k_head_mma<F, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM) ==
-           cudaSuccess;
+    attr = cudaFuncSetAttribute(k_head_mma<F, NB, Y, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)(Y ? RT_MV_MMA_SMEM : RT_HEAD_SMEM)) == cudaSuccess;
   if (!per || per_smem != smem) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB, Y, S>, 256, smem) != cudaSuccess ||
+        per < 1)
       per = 1;
     per_smem = smem;
   }
-  const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
-  go(g, true, k_head_mma<F, NB>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem,
-     (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
+  const int64_t blocks = ((m.rows + 15) / 16 + 8 / S - 1) / (8 / S), cap = (int64_t)g->sms * per;
+  go(g, true, k_head_mma<F, NB, Y, S>, dim3((unsigned)(blocks < cap ? blocks : cap), (unsigned)(Y ? m.ntask : 1)),
+     dim3(256), smem, (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
@@ -661,28 +669,8 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
 // blocks, nband % S == 0); up to RT_MV_MMA_SMEM of x pieces (one block per
 // SM at fc's 4,096 columns and 8 tokens). Compiled for sm_90a; not yet run
 // on a GPU: the gpu tests' random shapes run with it too.
-#define RT_MV_MMA_SMEM (200 * 1024)
-
-template <int F, int NB, int S> static void mv_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
-  static bool attr = false; // (as head_mma_run)
-  static size_t per_smem = 0;
-  static int per = 0;
-  if (!attr)
-    attr = cudaFuncSetAttribute(k_head_mma<F, NB, true, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)RT_MV_MMA_SMEM) == cudaSuccess;
-  if (!per || per_smem != smem) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB, true, S>, 256, smem) != cudaSuccess ||
-        per < 1)
-      per = 1;
-    per_smem = smem;
-  }
-  const int64_t blocks = ((m.rows + 15) / 16 + 8 / S - 1) / (8 / S), cap = (int64_t)g->sms * per;
-  go(g, true, k_head_mma<F, NB, true, S>, dim3((unsigned)(blocks < cap ? blocks : cap), (unsigned)m.ntask), dim3(256),
-     smem, (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
-}
-
 template <int NB, int S> static void mv_mma_s(gpu_session *g, const mv_launch &m, size_t smem) {
-  m.fmt == 1 ? mv_mma_run<1, NB, S>(g, m, smem) : mv_mma_run<0, NB, S>(g, m, smem);
+  m.fmt == 1 ? head_mma_run<1, NB, true, S>(g, m, smem) : head_mma_run<0, NB, true, S>(g, m, smem);
 }
 
 template <int NB> static void mv_mma_nb(gpu_session *g, const mv_launch &m, size_t smem) {
