@@ -12,6 +12,9 @@
  * largest heads also with MTPQ_CUDA_HEAD_MMA=0, the FFMA heads; three shapes
  * also with MTPQ_CUDA_MV_MMA=1, the dense products on tensor cores), giving the
  * CPU's tokens; one of them once more at contexts over 8K.
+ * MTPQ_GPU_SHAPES=0,4,7 (say) runs only those random shapes and leaves out
+ * the 8K case ("long" names it): a short check of one kernel on the GPU
+ * machine, whose calls are limited to 10 minutes.
  * Tolerance: both backends accumulate in float32 in different orders. */
 #include <check.h>
 #include <math.h>
@@ -190,6 +193,21 @@ static void compare_random_heads(const char *target, const char *drafter, int64_
   }
 }
 
+/* whether MTPQ_GPU_SHAPES (a comma-separated list of shape indices and
+ * "long") is unset or names this shape */
+static int shape_on(const char *name) {
+  const char *e = getenv("MTPQ_GPU_SHAPES");
+  if (!e || !*e) return 1;
+  const size_t n = strlen(name);
+  for (const char *p = e; *p;) {
+    const char *q = strchr(p, ',');
+    const size_t len = q ? (size_t)(q - p) : strlen(p);
+    if (len == n && !strncmp(p, name, n)) return 1;
+    p += len + (q != NULL);
+  }
+  return 0;
+}
+
 /* gen_fixture: a random target in dir */
 static void gen_target(const char *dir, int hidden, int experts, int inter, int heads, int kv, int head_dim, int vocab,
                        int seed) {
@@ -220,8 +238,12 @@ START_TEST(test_random_shapes) {
                                  at 5 a warp, routed gate/up pairs of 1,024 rows at 6 and the 11,334-row
                                  reduced FP8 head (k_head_mma at one token, k_mv at 2..8) */
                               {1024, 16, 512, 16, 2, 256, 34000, 1}};
+  int ran = 0;
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
-    char dir[700];
+    char dir[700], name[24];
+    snprintf(name, sizeof name, "%zu", k);
+    if (!shape_on(name)) continue;
+    ran++;
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
     gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
     const int big_head = k >= 5; /* the three large heads: also with k_head_mma off */
@@ -254,10 +276,14 @@ START_TEST(test_random_shapes) {
   }
   /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
      rounds (one 16-wide head: the CPU's prefill of 5 x 8K positions is cheap) */
-  char dir[700];
+  if (shape_on("long")) {
+    ran++;
+    char dir[700];
   snprintf(dir, sizeof dir, "%s/long", scratch);
-  gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
-  compare_random(dir, NULL, 8230);
+    gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
+    compare_random(dir, NULL, 8230);
+  }
+  ck_assert_msg(ran > 0, "MTPQ_GPU_SHAPES=%s names no shape", getenv("MTPQ_GPU_SHAPES"));
 }
 END_TEST
 
