@@ -1,5 +1,4 @@
-// The FP8 and BF16 heads at 1..8 tokens on tensor cores, and (opt-in, the
-// Y mode) the plain dense FP8/BF16 products at 2..8 tokens (included by
+// The FP8 and BF16 heads at 1..8 tokens on tensor cores (included by
 // kernels/runtime_cuda.cu after rt_ops.cuh). Why: the FFMA head (k_mv<1, 8,
 // 8, 1>) spends ~2.5 instructions per weight (E4M3 pair -> half pair, half
 // -> float, FFMA) and issues 0.58 per cycle per scheduler at 75% of DRAM
@@ -71,12 +70,7 @@ __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
 }
 
 // blockDim 256, one task (the head: T.best, optionally T.logits) of nb <=
-// NB tokens, F = 1 (FP8) or 0 (BF16), cols % 64 == 0. Y (NB > 1 only): a
-// plain dense product instead, task blockIdx.y of one plain term (no
-// routing), y[j * ys + r] written, no argmax; S warps share each 16-row
-// tile, warp part p taking bands [p nband / S, (p + 1) nband / S) (nband %
-// S == 0), so that products of few rows (fc, o: 2,048) still spread over
-// the SMs; the first warp of the S adds their sums in part order. Dynamic shared memory:
+// NB tokens, F = 1 (FP8) or 0 (BF16), cols % 64 == 0; dynamic shared memory:
 // 3 NB x (cols + 16) halves (each token's three pieces, rows padded by 32
 // bytes against bank conflicts). The MMA's 8 columns per n-tile hold the
 // pieces of ceil(3 NB / 8) tiles: column c of the launch is piece c % 3 of
@@ -84,11 +78,8 @@ __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
 // At NB == 1 the row sums come from the accumulators by one shuffle; above,
 // each warp stages its tile's 16 x 8 NT sums in shared memory and lane
 // (half, row) adds token (half + 2 i)'s three pieces.
-template <int F, int NB, bool Y = false, int S = 1>
+template <int F, int NB>
 __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
-  static_assert(!Y || NB > 1, "products at one token stay on k_mv");
-  static_assert(Y || S == 1, "the head: one warp a tile");
-  constexpr int WB = 8 / S; // tiles a block at a time
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int U = F == 1 ? 4 : 2;  // bands of loads in flight: 8 x 16 bytes per lane, as k_mv's head
   constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
@@ -99,24 +90,17 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   __shared__ unsigned long long bbest[8][NB];
   __shared__ float fsh[9], post[NB];
   __shared__ float stage[NB > 1 ? 8 : 1][16][NB > 1 ? 8 * NT + 1 : 1];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, part = warp % S;
-  auto tile_sync = [&] { // the tile's S warps meet (at barrier 1 + warp / S), or the warp alone
-    if constexpr (S > 1)
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / S), "r"(32 * S) : "memory");
-    else
-      __syncwarp();
-  };
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   rt_trigger();
-  rt_task_load(tasks + (Y ? blockIdx.y : 0), T);
+  rt_task_load(tasks, T);
   if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
   __syncthreads();
   const dlin L = tab[T.t[0].lin];
   const int cols = (int)L.cols, nband = cols / 64, ps = cols + 16, nb = T.nb;
-  const int bs = part * (nband / S), be = S == 1 ? nband : bs + nband / S; // this warp's bands
   const int64_t rows = L.rows, ntile = (rows + 15) / 16;
   H *pc = reinterpret_cast<H *>(rt_hsm);
   // the first tile's first batch of weights before the wait (they are constant)
-  int64_t tile = (int64_t)blockIdx.x * WB + warp / S;
+  int64_t tile = (int64_t)blockIdx.x * 8 + warp;
   uint4 ra[U][NL], rb[U][NL];
   const size_t rowb = (size_t)cols * (F == 1 ? 1 : 2); // bytes a row
   auto load = [&](int64_t tl, int b0) {
@@ -124,7 +108,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int b = b0 + u;
-      const bool okb = tl < ntile && b < be;
+      const bool okb = tl < ntile && b < nband;
       const uint4 *p = reinterpret_cast<const uint4 *>(L.w + (size_t)(b * 64 + t * 16) * (F == 1 ? 1 : 2));
 #pragma unroll
       for (int h = 0; h < NL; h++) {
@@ -133,7 +117,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
       }
     }
   };
-  load(tile, bs);
+  load(tile, 0);
   rt_wait();
   // each token's x -> three pieces of x * 2^s in shared memory (s per token)
   for (int j = 0; j < nb; j++) {
@@ -154,15 +138,15 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   unsigned long long mybest[PL];
 #pragma unroll
   for (int i = 0; i < PL; i++) mybest[i] = 0;
-  for (; tile < ntile; tile += (int64_t)gridDim.x * WB) {
+  for (; tile < ntile; tile += (int64_t)gridDim.x * 8) {
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    for (int b0 = bs; b0 < be; b0 += U) {
-      if (b0 != bs) load(tile, b0);
+    for (int b0 = 0; b0 < nband; b0 += U) {
+      if (b0) load(tile, b0);
 #pragma unroll
       for (int u = 0; u < U; u++) {
-        if (b0 + u >= be) continue;
+        if (b0 + u >= nband) continue;
         uint32_t a[4][4]; // the band's four A fragments (rows g, g + 8; k slots as the loads)
         if constexpr (F == 1) {
           const uint4 &A = ra[u][0], &B = rb[u][0];
@@ -217,54 +201,41 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
         stage[warp][g][8 * n + 2 * t] = acc[n][0], stage[warp][g][8 * n + 2 * t + 1] = acc[n][1];
         stage[warp][g + 8][8 * n + 2 * t] = acc[n][2], stage[warp][g + 8][8 * n + 2 * t + 1] = acc[n][3];
       }
-      tile_sync(); // the S warps' sums staged
+      __syncwarp();
       const int row = lane & 15;
       const int64_t r = tile * 16 + row;
-      if (part == 0) {
-#pragma unroll
-        for (int i = 0; i < PL; i++) {
-          const int j = (lane >> 4) + 2 * i; // this lane's token
-          if (j < nb && r < rows) {
-            float y = 0.0f;
-#pragma unroll
-            for (int p = 0; p < S; p++) {
-              const float *sr = stage[warp + p][row] + 3 * j;
-              y += sr[0] + sr[1] + sr[2];
-            }
-            y *= post[j];
-            if constexpr (Y) {
-              T.y[j * T.ys + r] = y;
-            } else {
-              const unsigned long long k = rt_argmax_key(y, (uint32_t)r);
-              mybest[i] = k > mybest[i] ? k : mybest[i];
-              if (T.logits) T.logits[j * T.ys + r] = y;
-            }
-          }
-        }
-      }
-      tile_sync(); // stage read before the next tile writes it
-    }
-    if (tile + (int64_t)gridDim.x * WB < ntile) load(tile + (int64_t)gridDim.x * WB, bs);
-  }
-  if constexpr (!Y) {
-    // each token's largest key: over the lanes holding it (NB == 1: all 32;
-    // above: the 16 of one half), the warps, then the launch
-#pragma unroll
-    for (int i = 0; i < PL; i++)
-      for (int o = NB == 1 ? 16 : 8; o > 0; o >>= 1) {
-        const unsigned long long k = __shfl_xor_sync(0xFFFFFFFFu, mybest[i], o);
-        mybest[i] = k > mybest[i] ? k : mybest[i];
-      }
-    if (NB == 1 ? lane == 0 : (lane & 15) == 0)
 #pragma unroll
       for (int i = 0; i < PL; i++) {
-        bbest[warp][NB == 1 ? 0 : (lane >> 4) + 2 * i] = mybest[i]; // (token < NB always)
+        const int j = (lane >> 4) + 2 * i; // this lane's token
+        if (j < nb && r < rows) {
+          const float *sr = stage[warp][row] + 3 * j;
+          const float y = (sr[0] + sr[1] + sr[2]) * post[j];
+          const unsigned long long k = rt_argmax_key(y, (uint32_t)r);
+          mybest[i] = k > mybest[i] ? k : mybest[i];
+          if (T.logits) T.logits[j * T.ys + r] = y;
+        }
       }
-    __syncthreads();
-    if (tid < nb) {
-      unsigned long long mm = 0;
-      for (int w = 0; w < 8; w++) mm = bbest[w][tid] > mm ? bbest[w][tid] : mm;
-      if (mm) atomicMax(T.best + tid, mm);
+      __syncwarp(); // stage read before the next tile writes it
     }
+    if (tile + (int64_t)gridDim.x * 8 < ntile) load(tile + (int64_t)gridDim.x * 8, 0);
+  }
+  // each token's largest key: over the lanes holding it (NB == 1: all 32;
+  // above: the 16 of one half), the warps, then the launch
+#pragma unroll
+  for (int i = 0; i < PL; i++)
+    for (int o = NB == 1 ? 16 : 8; o > 0; o >>= 1) {
+      const unsigned long long k = __shfl_xor_sync(0xFFFFFFFFu, mybest[i], o);
+      mybest[i] = k > mybest[i] ? k : mybest[i];
+    }
+  if (NB == 1 ? lane == 0 : (lane & 15) == 0)
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+      bbest[warp][NB == 1 ? 0 : (lane >> 4) + 2 * i] = mybest[i]; // (token < NB always)
+    }
+  __syncthreads();
+  if (tid < nb) {
+    unsigned long long mm = 0;
+    for (int w = 0; w < 8; w++) mm = bbest[w][tid] > mm ? bbest[w][tid] : mm;
+    if (mm) atomicMax(T.best + tid, mm);
   }
 }

@@ -49,7 +49,6 @@ struct mv_launch {
   int ntask = 0, nbmax = 0, fmt = -1; // fmt: the terms' format, 3 when mixed
   bool glu = false;                   // gate/up row pairs: the launch needs an even number of rows per warp
   bool best = false;                  // the head: argmax keys
-  bool plain = false;                 // every task one plain term (no routing weight, no expert choice)
   int groups = 0;                     // the fewest (term, 512-column band) groups of a task's row
   int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
   int fl = 0;                 // k_mv's RT_MV_* flags
@@ -71,7 +70,6 @@ struct gpu_session {
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
-  int mvmma;              // the plain dense FP8/BF16 products at 2..8 tokens likewise (MTPQ_CUDA_MV_MMA=1; not yet run)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -254,7 +252,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
-  g->mvmma = env_int("MTPQ_CUDA_MV_MMA", 0) == 1;
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
@@ -402,10 +399,7 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
   m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
-  m->plain = !m->glu && !m->best;
   for (const mv_task &t : v) {
-    m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w &&
-               g->host_lins[t.t[0].lin].cols == g->host_lins[v[0].t[0].lin].cols; // (one x-piece size a launch)
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const dlin &L0 = g->host_lins[t.t[0].lin];
     const int gr = t.nterm * (int)((L0.cols + 511) / 512);
@@ -612,14 +606,7 @@ static int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax 
 // k_head_mma's dynamic shared memory: NB tokens' three pieces of cols (+ 16 padding) halves
 static size_t head_mma_smem(int NB, int64_t cols) { return (size_t)3 * NB * (size_t)(cols + 16) * 2; }
 
-// the most dynamic shared memory (x pieces) of k_head_mma's product mode:
-// one block per SM at fc's 4,096 columns and 8 tokens
-#define RT_MV_MMA_SMEM (200 * 1024)
-
-// k_head_mma<F, NB, Y, S>: the head (Y false: one task) or a plain product
-// (Y: a grid row per task), 8 / S tiles a block at a time
-template <int F, int NB, bool Y = false, int S = 1>
-static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   // the attribute before the instantiation's first launch of any size (a
   // first launch under 48 KB and a later one above it failed at its launch
   // when it was set only for the first); the occupancy per size, kept for
@@ -628,17 +615,16 @@ static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   static size_t per_smem = 0;
   static int per = 0;
   if (!attr)
-    attr = cudaFuncSetAttribute(k_head_mma<F, NB, Y, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)(Y ? RT_MV_MMA_SMEM : RT_HEAD_SMEM)) == cudaSuccess;
+    attr = cudaFuncSetAttribute(k_head_mma<F, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM) ==
+           cudaSuccess;
   if (!per || per_smem != smem) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB, Y, S>, 256, smem) != cudaSuccess ||
-        per < 1)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
       per = 1;
     per_smem = smem;
   }
-  const int64_t blocks = ((m.rows + 15) / 16 + 8 / S - 1) / (8 / S), cap = (int64_t)g->sms * per;
-  go(g, true, k_head_mma<F, NB, Y, S>, dim3((unsigned)(blocks < cap ? blocks : cap), (unsigned)(Y ? m.ntask : 1)),
-     dim3(256), smem, (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
+  const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
+  go(g, true, k_head_mma<F, NB>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem,
+     (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
@@ -660,49 +646,24 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   return true;
 }
 
-// The plain dense FP8/BF16 products at 2..8 tokens on tensor cores
-// (k_head_mma<F, NB, true, S>), opt-in: MTPQ_CUDA_MV_MMA=1. Why: at 8
-// tokens k_mv's FFMA products run at 0.33-0.37 TB/s (ncu, 4K batch 8: q/k/v
-// 57.3 us for 18.9 MB, fc and o 22.9 for 8.4; tests/bench/RESULTS.md,
-// twelfth round), instruction-bound as the head was before k_head_mma. S
-// warps share a 16-row tile (S = 1, 2 or 8: the least that gives a wave of
-// blocks, nband % S == 0); up to RT_MV_MMA_SMEM of x pieces (one block per
-// SM at fc's 4,096 columns and 8 tokens). Compiled for sm_90a; not yet run
-// on a GPU: the gpu tests' random shapes run with it too.
-template <int NB, int S> static void mv_mma_s(gpu_session *g, const mv_launch &m, size_t smem) {
-  m.fmt == 1 ? head_mma_run<1, NB, true, S>(g, m, smem) : head_mma_run<0, NB, true, S>(g, m, smem);
-}
-
-template <int NB> static void mv_mma_nb(gpu_session *g, const mv_launch &m, size_t smem) {
-  const int64_t nband = m.cols / 64, tiles = (m.rows + 15) / 16;
-  int S = 0;
-  for (int s : {1, 2, 8}) // the least S whose blocks fill the SMs, else the largest that divides the bands
-    if (nband % s == 0 && (!S || (tiles + 8 / S - 1) / (8 / S) < g->sms)) S = s;
-  S == 1 ? mv_mma_s<NB, 1>(g, m, smem) : S == 2 ? mv_mma_s<NB, 2>(g, m, smem) : mv_mma_s<NB, 8>(g, m, smem);
-}
-
-static bool launch_mv_mma(gpu_session *g, const mv_launch &m) {
-  const int NB = nb_slots(m.nbmax);
-  const size_t smem = head_mma_smem(NB, m.cols);
-  if (!g->mvmma || !g->fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.cols % 64 ||
-      smem > RT_MV_MMA_SMEM)
-    return false;
-  NB == 2 ? mv_mma_nb<2>(g, m, smem) : NB == 4 ? mv_mma_nb<4>(g, m, smem) : mv_mma_nb<8>(g, m, smem);
-  return true;
-}
-
-// A launch's kernel: the head on tensor cores, the plain products at 2..8
-// tokens on tensor cores (opt-in), else k_mv's variants. Tried and not kept
-// for the plain products at one token: all of their weights requested
-// before the wait, through the bulk copy engine into shared memory (at most
-// 110 KB a block, so that the next launch's blocks fit beside it), summed on
-// tensor cores: under ncu fc 7.6 -> 6.9 us, q/k/v 11.7 -> 10.4, o 7.4 ->
-// 6.8, but the step no faster (139.6 vs 138.1-138.6 us; tests/bench/
-// RESULTS.md, twelfth round): what these kernels cost the chain is not the
-// time their weights take to arrive.
+// The plain dense products at one token (fc, q/k/v, o, router, shared
+// expert) with all of their weights requested before the wait, through the
+// bulk copy engine into shared memory (at most 110 KB a block, so that the
+// next launch's blocks fit beside it), and products on tensor cores: under
+// ncu fc 7.6 -> 6.9 us, q/k/v 11.7 -> 10.4, o 7.4 -> 6.8, but the step no
+// faster (139.6 vs 138.1-138.6 us; tests/bench/RESULTS.md, twelfth round):
+// what these kernels cost the chain is not the time their weights take to
+// arrive. Also tried and not kept: the plain products at 2..8 tokens on
+// k_head_mma's tensor-core layout (S = 1, 2 or 8 warps a 16-row tile; code
+// in commit 7b88be6): correct, but under ncu at 4K batch 8 fc 23.0 -> 35.3
+// us, o 22.6 -> 33.8, q/k/v 57.9 -> 57.8, and the step slower at batch 2
+// and 8 (179.0 -> 185.9, 397.5 -> 406.2 us): every block turns all of x
+// into pieces in shared memory after its wait (8 tokens x 4,096 columns for
+// fc), which a product of few rows cannot amortise as the head does
+// (tests/bench/RESULTS.md, thirteenth round).
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
-  if (launch_head_mma(g, m) || launch_mv_mma(g, m)) return;
+  if (launch_head_mma(g, m)) return;
   const int NB = nb_slots(m.nbmax);
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;

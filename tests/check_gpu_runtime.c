@@ -9,8 +9,7 @@
  * to 8 slots) within relative error 1e-5 of the CPU, and batched drafts of
  * 2, 3 and 5 sequences with different contexts (launches of 2, 4 and 8
  * tokens), then of one of them alone (the head at one token; the three
- * largest heads also with MTPQ_CUDA_HEAD_MMA=0, the FFMA heads; three shapes
- * also with MTPQ_CUDA_MV_MMA=1, the dense products on tensor cores), giving the
+ * largest heads also with MTPQ_CUDA_HEAD_MMA=0, the FFMA heads), giving the
  * CPU's tokens; one of them once more at contexts over 8K.
  * MTPQ_GPU_SHAPES=0,4,7 (say) runs only those random shapes and leaves out
  * the 8K case ("long" names it): a short check of one kernel on the GPU
@@ -162,10 +161,9 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   ck_assert_msg(mtpq_session_draft(g, 1, &t1, h, &s1, STEPS, d1g, &err) == MTPQ_OK, "%s", err.msg);
   int same1 = 0;
   for (int i = 0; i < STEPS; i++) same1 += d1c[i] == d1g[i];
-  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA"), *mm = getenv("MTPQ_CUDA_MV_MMA");
-  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_MV_MMA=%s): prefill relative error %.3g; batched drafts %d/%d "
-         "tokens equal, one-sequence drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default",
-         mm ? mm : "default", worst, same, all, same1, STEPS);
+  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA");
+  printf("%s (MTPQ_CUDA_HEAD_MMA=%s): prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence "
+         "drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default", worst, same, all, same1, STEPS);
   ck_assert_int_eq(same, all);
   ck_assert_int_eq(same1, STEPS);
   free(h), free(oc), free(og);
@@ -175,21 +173,13 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
 
 /* compare_random with the default heads (k_head_mma at 1..8 tokens where
  * it applies: cols % 64 == 0), then with MTPQ_CUDA_HEAD_MMA=0 when
- * also_ffma (the head on k_mv's FFMA path at every token count) and with
- * MTPQ_CUDA_MV_MMA=1 when also_mv_mma (the plain dense products at 2..8
- * tokens on tensor cores, opt-in) */
-static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_ffma,
-                                 int also_mv_mma) {
+ * also_ffma (the head on k_mv's FFMA path at every token count) */
+static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_ffma) {
   compare_random(target, drafter, ctx0);
   if (also_ffma) {
     setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
     compare_random(target, drafter, ctx0);
     unsetenv("MTPQ_CUDA_HEAD_MMA");
-  }
-  if (also_mv_mma) {
-    setenv("MTPQ_CUDA_MV_MMA", "1", 1);
-    compare_random(target, drafter, ctx0);
-    unsetenv("MTPQ_CUDA_MV_MMA");
   }
 }
 
@@ -247,11 +237,7 @@ START_TEST(test_random_shapes) {
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
     gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
     const int big_head = k >= 5; /* the three large heads: also with k_head_mma off */
-    /* the dense products on tensor cores at 2..8 tokens (opt-in) on three
-       shapes: hidden 256 (r0), the 80B attention shape (r4), hidden 1,024
-       with 16 x 256 query heads (r7, quantized drafter only) */
-    const int mv_mma = k == 0 || k == 4;
-    compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, big_head, mv_mma);
+    compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, big_head);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
     struct mtpq_err err = {0};
@@ -272,14 +258,14 @@ START_TEST(test_random_shapes) {
     struct mtpq_plan *pl = NULL;
     ck_assert_msg(!mtpq_drafter_plan(&p, &pl, &err) && !mtpq_drafter_write(&p, pl, NULL, NULL, &err), "%s", err.msg);
     mtpq_plan_free(pl);
-    compare_random_heads(dir, q, 30 + 5 * (int64_t)k, big_head, mv_mma || k == 7);
+    compare_random_heads(dir, q, 30 + 5 * (int64_t)k, big_head);
   }
   /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
      rounds (one 16-wide head: the CPU's prefill of 5 x 8K positions is cheap) */
   if (shape_on("long")) {
     ran++;
     char dir[700];
-  snprintf(dir, sizeof dir, "%s/long", scratch);
+    snprintf(dir, sizeof dir, "%s/long", scratch);
     gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
     compare_random(dir, NULL, 8230);
   }

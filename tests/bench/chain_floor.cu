@@ -10,7 +10,10 @@
 // Prints one row per variant: us per graph (median of 9 runs of 100 launches).
 // The two "reading the last's output" rows add what every real kernel does
 // after its wait: read the vector the kernel before wrote (from L2), reduce
-// it over the block, write one for the next (not yet run on a GPU).
+// it over the block, write one for the next. The "prologue" rows add what
+// every real kernel does before it can request its first weights: two
+// dependent loads from L2, each followed by a block barrier (k_mv's task
+// copy into shared memory, then its weight-table entries).
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
@@ -55,9 +58,17 @@ __device__ __forceinline__ unsigned stream(const uint4 *w, int64_t n16, int64_t 
 // the block sums them (a barrier), as every real kernel reads its input and
 // most reduce it; blocks 0..7 write the 2,048 the next kernel reads
 __global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, unsigned *sink, int before,
-                                                const float *xin, float *yout) {
+                                                const float *xin, float *yout, const int *pro) {
   asm volatile("griddepcontrol.launch_dependents;");
   unsigned a = 0;
+  if (pro) { // the task, then the table entry it names (both 0 here: w does not move)
+    __shared__ int chain[2];
+    if (threadIdx.x == 0) chain[0] = __ldcg(pro + (blockIdx.x & 31));
+    __syncthreads();
+    if (threadIdx.x == 0) chain[1] = __ldcg(pro + 32 + chain[0]);
+    __syncthreads();
+    w += chain[1];
+  }
   if (before == 2) {
     const int64_t st = (int64_t)gridDim.x * blockDim.x, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint4 v[8];
@@ -137,6 +148,9 @@ int main() {
   float *vec; // two 2,048-float vectors the dep variants pass from kernel to kernel
   CK(cudaMalloc(&vec, 2 * 2048 * sizeof(float)));
   CK(cudaMemset(vec, 0, 2 * 2048 * sizeof(float)));
+  int *pro; // the prologue rows' task and table words (zeros)
+  CK(cudaMalloc(&pro, 64 * sizeof(int)));
+  CK(cudaMemset(pro, 0, 64 * sizeof(int)));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   // HBM read rate of one big stream, for the floor
@@ -150,6 +164,7 @@ int main() {
     int persist; // one persistent kernel, a grid barrier between phases
     int skip;    // the kernel of step left out (0: none; k > 0: step[k])
     int dep;     // each kernel reads 2,048 floats the one before wrote and reduces them (with before 2)
+    int pro;     // each kernel's two dependent loads before its first weight load
   };
   const char *kname[] = {"prep", "fc", "norm", "q/k/v", "attention", "combine", "o", "residual+norm",
                          "router", "routing", "routed gate/up", "down", "final norm", "head", "feedback"};
@@ -170,6 +185,11 @@ int main() {
       {"step bytes, first 8 loads a thread before wait, PDL", 1, 2, 1, 1, 1, 8},
       {"the same, each reading and reducing the last's output", 1, 2, 1, 1, 1, 8, 0, 0, 0, 1},
       {"15 kernels, no bytes, each reading the last's output", 1, 2, 0, 1, 1, 8, 0, 0, 0, 1},
+      {"step bytes, loads before wait, PDL, 2 blocks/SM", 1, 1, 1, 1, 1, 2},
+      {"step bytes, prologue, loads after wait, PDL", 1, 0, 1, 1, 1, 8, 0, 0, 0, 0, 1},
+      {"step bytes, prologue, loads before wait, PDL", 1, 1, 1, 1, 1, 8, 0, 0, 0, 0, 1},
+      {"the same, 2 blocks/SM", 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 1},
+      {"15 kernels, no bytes, prologue, PDL", 1, 1, 0, 1, 1, 8, 0, 0, 0, 0, 1},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 1},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 3},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 4},
@@ -236,7 +256,7 @@ int main() {
         const float *xin = v.dep ? vec + (q & 1) * 2048 : nullptr;
         float *yout = v.dep ? vec + ((q + 1) & 1) * 2048 : nullptr;
         CK(cudaLaunchKernelEx(&cfg, k_stream, (const uint4 *)(buf + x.o), (int64_t)(x.b / 16), sink, v.before, xin,
-                              yout));
+                              yout, v.pro ? (const int *)pro : nullptr));
       }
     CK(cudaStreamEndCapture(s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));

@@ -2,20 +2,16 @@
 # (kernels/rt_head.cuh) against the PTX m16n8k16 layout (f16 A/B, f32 C) in float64 and compares
 # with W @ x for nb tokens in a launch of NB (column c of the n-tiles = piece c % 3 of token c / 3;
 # NB == 1: the shuffle epilogue, above: the staged one); the x pieces (hi + mid + lo of x * 2^s,
-# s per token) are checked with it. S > 1 (the product mode, NB > 1): S warps share a tile, part p
-# summing bands [p nband / S, (p + 1) nband / S), their staged sums added in part order.
-# python3 emu_head_mma.py fp8|bf16 [NB nb [S]]
+# s per token) are checked with it.
+# python3 emu_head_mma.py fp8|bf16 [NB nb]
 import sys
 import numpy as np, ml_dtypes
 rng = np.random.default_rng(1)
 fmt = sys.argv[1] if len(sys.argv) > 1 else 'fp8'   # fp8: f16 MMA; bf16: bf16 MMA
 NB = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 nb = int(sys.argv[3]) if len(sys.argv) > 3 else NB
-S = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-assert S == 1 or NB > 1, "the product mode is for 2..8 tokens"
 NT = (3 * NB + 7) // 8
-rows, cols = 48, 64 * max(4, S)          # 3 tiles, 4 bands (S bands at S = 8)
-assert (cols // 64) % S == 0
+rows, cols = 48, 256                     # 3 tiles, 4 bands
 if fmt == 'fp8':
     Wb = rng.integers(0, 256, size=(rows, cols), dtype=np.uint8)
     Wb[(Wb & 0x7F) == 0x7F] = 0          # no NaN codes
@@ -33,53 +29,48 @@ for x in X:
     mid = r1.astype(P); lo = (r1 - mid.astype(np.float32)).astype(np.float32).astype(P)
     planes += [hi, mid, lo]; shifts.append(s)
 Y = np.zeros((nb, rows))
-nband = cols // 64
 for tile in range(rows // 16):
-    stages = []
-    for part in range(S):
-        acc = {(lane, n): [0.0] * 4 for lane in range(32) for n in range(NT)}
-        for b in range(part * nband // S, (part + 1) * nband // S):
-            for n in range(NT):
-                regsA, regsB = {}, {}
-                for lane in range(32):
-                    g, t = lane >> 2, lane & 3
-                    c = b * 64 + t * 16
-                    ra = Wf[tile * 16 + g, c:c + 16]; rb = Wf[tile * 16 + g + 8, c:c + 16]
-                    col = 8 * n + g   # the lane's B column: plane col if its token is in the launch
-                    xs = planes[col][c:c + 16].astype(np.float64) if col // 3 < nb else np.zeros(16)
-                    for j in range(4):
-                        regsA[(lane, j)] = [ra[4*j:4*j+2], rb[4*j:4*j+2], ra[4*j+2:4*j+4], rb[4*j+2:4*j+4]]
-                        regsB[(lane, j)] = [xs[4*j:4*j+2], xs[4*j+2:4*j+4]]
-                for j in range(4):
-                    A = np.zeros((16, 16)); B = np.zeros((16, 8))
-                    for lane in range(32):
-                        g, t = lane >> 2, lane & 3
-                        ar = regsA[(lane, j)]
-                        for i in range(8):  # spec: row g for i<2 or 4<=i<6, else g+8; col 2t+(i&1) (+8 if i>=4)
-                            row = g if (i < 2 or 4 <= i < 6) else g + 8
-                            A[row, 2 * t + (i & 1) + (8 if i >= 4 else 0)] = ar[i // 2][i & 1]
-                        br = regsB[(lane, j)]
-                        for i in range(4):  # spec: row 2t+(i&1) (+8 if i>=2), col g
-                            B[2 * t + (i & 1) + (8 if i >= 2 else 0), g] = br[i // 2][i & 1]
-                    D = A @ B
-                    for lane in range(32):
-                        g, t = lane >> 2, lane & 3
-                        for i in range(4):  # spec: row g (i<2) or g+8, col 2t+(i&1)
-                            acc[(lane, n)][i] += D[g if i < 2 else g + 8, 2 * t + (i & 1)]
-        if NB == 1:  # the shuffle epilogue (S == 1)
-            for g in range(8):
-                Y[0, tile*16 + g] = (acc[(g*4, 0)][0] + acc[(g*4, 0)][1] + acc[(g*4+1, 0)][0]) * 2.0 ** -shifts[0]
-                Y[0, tile*16 + g + 8] = (acc[(g*4, 0)][2] + acc[(g*4, 0)][3] + acc[(g*4+1, 0)][2]) * 2.0 ** -shifts[0]
-        else:  # the staged epilogue: each part's stage[row][8n + 2t + e]
-            stage = np.full((16, 8 * NT), np.nan)
+    acc = {(lane, n): [0.0] * 4 for lane in range(32) for n in range(NT)}
+    for b in range(cols // 64):
+        for n in range(NT):
+            regsA, regsB = {}, {}
             for lane in range(32):
                 g, t = lane >> 2, lane & 3
-                for n in range(NT):
-                    a = acc[(lane, n)]
-                    stage[g, 8*n + 2*t], stage[g, 8*n + 2*t + 1] = a[0], a[1]
-                    stage[g + 8, 8*n + 2*t], stage[g + 8, 8*n + 2*t + 1] = a[2], a[3]
-            stages.append(stage)
-    if NB > 1:  # lane (half, row) of the first part's warp sums token half + 2i over the parts
+                c = b * 64 + t * 16
+                ra = Wf[tile * 16 + g, c:c + 16]; rb = Wf[tile * 16 + g + 8, c:c + 16]
+                col = 8 * n + g   # the lane's B column: plane col if its token is in the launch
+                xs = planes[col][c:c + 16].astype(np.float64) if col // 3 < nb else np.zeros(16)
+                for j in range(4):
+                    regsA[(lane, j)] = [ra[4*j:4*j+2], rb[4*j:4*j+2], ra[4*j+2:4*j+4], rb[4*j+2:4*j+4]]
+                    regsB[(lane, j)] = [xs[4*j:4*j+2], xs[4*j+2:4*j+4]]
+            for j in range(4):
+                A = np.zeros((16, 16)); B = np.zeros((16, 8))
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    ar = regsA[(lane, j)]
+                    for i in range(8):  # spec: row g for i<2 or 4<=i<6, else g+8; col 2t+(i&1) (+8 if i>=4)
+                        row = g if (i < 2 or 4 <= i < 6) else g + 8
+                        A[row, 2 * t + (i & 1) + (8 if i >= 4 else 0)] = ar[i // 2][i & 1]
+                    br = regsB[(lane, j)]
+                    for i in range(4):  # spec: row 2t+(i&1) (+8 if i>=2), col g
+                        B[2 * t + (i & 1) + (8 if i >= 2 else 0), g] = br[i // 2][i & 1]
+                D = A @ B
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    for i in range(4):  # spec: row g (i<2) or g+8, col 2t+(i&1)
+                        acc[(lane, n)][i] += D[g if i < 2 else g + 8, 2 * t + (i & 1)]
+    if NB == 1:  # the shuffle epilogue
+        for g in range(8):
+            Y[0, tile*16 + g] = (acc[(g*4, 0)][0] + acc[(g*4, 0)][1] + acc[(g*4+1, 0)][0]) * 2.0 ** -shifts[0]
+            Y[0, tile*16 + g + 8] = (acc[(g*4, 0)][2] + acc[(g*4, 0)][3] + acc[(g*4+1, 0)][2]) * 2.0 ** -shifts[0]
+    else:  # the staged epilogue: stage[row][8n + 2t + e], then lane (half, row) sums token half + 2i
+        stage = np.full((16, 8 * NT), np.nan)
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for n in range(NT):
+                a = acc[(lane, n)]
+                stage[g, 8*n + 2*t], stage[g, 8*n + 2*t + 1] = a[0], a[1]
+                stage[g + 8, 8*n + 2*t], stage[g + 8, 8*n + 2*t + 1] = a[2], a[3]
         seen = set()
         for lane in range(32):
             row = lane & 15
@@ -87,10 +78,7 @@ for tile in range(rows // 16):
                 j = (lane >> 4) + 2 * i
                 if j < nb:
                     seen.add((row, j))
-                    y = 0.0
-                    for st in stages:
-                        y += st[row, 3*j] + st[row, 3*j+1] + st[row, 3*j+2]
-                    Y[j, tile*16 + row] = y * 2.0 ** -shifts[j]
+                    Y[j, tile*16 + row] = (stage[row, 3*j] + stage[row, 3*j+1] + stage[row, 3*j+2]) * 2.0 ** -shifts[j]
         assert len(seen) == 16 * nb, "a (row, token) sum missed"
 for j, x in enumerate(X):
     # the layout: against W times the token's pieces (what the MMA sums, exactly)
