@@ -13,7 +13,10 @@
 // it over the block, write one for the next. The "prologue" rows add what
 // every real kernel does before it can request its first weights: two
 // dependent loads from L2, each followed by a block barrier (k_mv's task
-// copy into shared memory, then its weight-table entries).
+// copy into shared memory, then its weight-table entries). The "filling"
+// rows hold each SM's shared memory with 2 blocks (or half of it with 1), so
+// that the next kernel's blocks become resident only as these leave, as
+// when every block of mtpq's k_mv holds ~120 registers a thread.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
@@ -165,6 +168,8 @@ int main() {
     int skip;    // the kernel of step left out (0: none; k > 0: step[k])
     int dep;     // each kernel reads 2,048 floats the one before wrote and reduces them (with before 2)
     int pro;     // each kernel's two dependent loads before its first weight load
+    int full;    // KB of (unused) shared memory a block: blocks_per_sm of them fill the SM, so the next
+                 // kernel's blocks cannot be resident before these leave (as with mtpq's register-bound k_mv)
   };
   const char *kname[] = {"prep", "fc", "norm", "q/k/v", "attention", "combine", "o", "residual+norm",
                          "router", "routing", "routed gate/up", "down", "final norm", "head", "feedback"};
@@ -190,6 +195,9 @@ int main() {
       {"step bytes, prologue, loads before wait, PDL", 1, 1, 1, 1, 1, 8, 0, 0, 0, 0, 1},
       {"the same, 2 blocks/SM", 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 1},
       {"15 kernels, no bytes, prologue, PDL", 1, 1, 0, 1, 1, 8, 0, 0, 0, 0, 1},
+      {"loads after wait, 2 blocks/SM filling the SM", 1, 0, 1, 1, 1, 2, 0, 0, 0, 0, 0, 100},
+      {"loads before wait, 2 blocks/SM filling the SM", 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 100},
+      {"loads before wait, 1 block/SM filling half", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 100},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 1},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 3},
       {"", 1, 0, 1, 1, 1, 8, 0, 0, 4},
@@ -207,6 +215,7 @@ int main() {
   CK(cudaMalloc(&d_n16, 64 * sizeof(int64_t)));
   int occ = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_persist, 256, 0));
+  CK(cudaFuncSetAttribute(k_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
   printf("%d SMs; step bytes %.2f MB\n", sms, total / MB);
   printf("%-50s %10s %10s\n", "variant", "us/graph", "GB/s");
   for (const variant &v : vs) {
@@ -253,6 +262,7 @@ int main() {
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.gridDim = dim3((unsigned)(sms * v.blocks_per_sm)), cfg.blockDim = dim3(256), cfg.stream = s;
         cfg.attrs = at, cfg.numAttrs = v.pdl && x.k > 0 ? 1 : 0;
+        cfg.dynamicSmemBytes = (size_t)v.full * 1024;
         const float *xin = v.dep ? vec + (q & 1) * 2048 : nullptr;
         float *yout = v.dep ? vec + ((q + 1) & 1) * 2048 : nullptr;
         CK(cudaLaunchKernelEx(&cfg, k_stream, (const uint4 *)(buf + x.o), (int64_t)(x.b / 16), sink, v.before, xin,
