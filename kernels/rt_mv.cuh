@@ -316,14 +316,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // wait as a dense task's are. H200, 4K batch 1: 140.4 -> 137.6 us a step
 // (32K: 205.1 -> 203.0; tests/bench/RESULTS.md, tenth round).
 template <int NB, int R, int U, int FMT, int S = 1>
-// MTPQ_KMV_MINB (a build-time experiment, default 2): the blocks per SM the
-// one- and two-token instances are register-limited for; 3 leaves room for
-// the next launch's block beside a wave of 2 (tests/bench/chain_floor.cu:
-// a chain whose blocks fill the SM is ~7 us slower)
-#ifndef MTPQ_KMV_MINB
-#define MTPQ_KMV_MINB 2
-#endif
-__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : MTPQ_KMV_MINB)
+__global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
     k_mv(const dlin *tab, const mv_task *tasks, const int *sel, int fl) {
   static_assert(S == 1 || (FMT != 3 && 8 % S == 0 && R % S == 0), "split rows: one format, S | R");
   constexpr int WB = 8 / S; // row sets a block
