@@ -70,7 +70,6 @@ struct gpu_session {
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
-  int maxb;               // MTPQ_CUDA_MAXB: k_mv blocks per SM at most (0: as many as fit; see mv_run)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
@@ -253,7 +252,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
-  g->maxb = env_int("MTPQ_CUDA_MAXB", 0);
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
@@ -482,7 +480,12 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
 // Blocks of one k_mv variant that fit on the device at once: the grid is
 // capped there and the blocks loop over rows (a persistent grid), so the
 // per-block set-up (task, weight table, routed expert) is paid once per
-// block rather than once per 32 rows.
+// block rather than once per 32 rows. A wave fills the SM's registers
+// (~120 a thread, 2 blocks), so the next launch's blocks become resident
+// only as these leave; leaving room measured slower both ways tried on the
+// H200 (4K batch 1, mtpq 137.5 us): at most 1 block per SM, the rest
+// looping, 145.4; the one- and two-token instances held to 80 registers
+// (3 a SM), spilling, 155.0 (tests/bench/RESULTS.md, thirteenth round).
 template <typename K> static int resident(K kernel) {
   int dev = 0, sms = 0, per = 0;
   cudaGetDevice(&dev);
@@ -495,9 +498,6 @@ template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session
   static int cap = 0; // per instantiation
   if (!cap) cap = resident(k_mv<NB, R, U, F, S>);
   int64_t bx = (m.rows + 8 / S * R - 1) / (8 / S * R);
-  // MTPQ_CUDA_MAXB=k (timing only, the same sums): at most k blocks per SM,
-  // the rest looping, so that the next launch's blocks fit beside them
-  if (g->maxb > 0 && bx > (int64_t)g->sms * g->maxb) bx = (int64_t)g->sms * g->maxb;
   dim3 grid((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
   go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
      (const int *)g->sel, m.fl);
