@@ -6,7 +6,7 @@
 // is the kernels' own work and the gap between this and bytes / HBM is the
 // chain's. Stand-alone (no mtpq code), built on the GPU machine:
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/chain_floor tests/bench/chain_floor.cu
-//   /tmp/chain_floor
+//   /tmp/chain_floor [ROWS]   (ROWS: comma-separated substrings of the rows to run; default all)
 // Prints one row per variant: us per graph (median of 9 runs of 100 launches).
 // The two "reading the last's output" rows add what every real kernel does
 // after its wait: read the vector the kernel before wrote (from L2), reduce
@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #define CK(x)                                                                                   \
@@ -131,7 +133,56 @@ __global__ void __launch_bounds__(256) k_persist(const uint8_t *buf, const int64
   if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
 }
 
-int main() {
+// A megakernel's way through the same phases: one block of 1,024 threads
+// per SM (8 loads in flight a thread: 128 KB an SM), a grid barrier of 132
+// arrivals between phases, and (pre) each thread's first 8 loads of the next
+// phase issued before the barrier, its weights being constant: what a
+// kernel boundary cannot do when the SMs are full (the "filling" rows). With
+// dep, after each barrier every thread reads one float of the 2,048 the
+// phase before wrote (from L2) and the block reduces them.
+__global__ void __launch_bounds__(1024, 1) k_persist2(const uint8_t *buf, const int64_t *off, const int64_t *n16,
+                                                      int nphase, unsigned *bar, unsigned *sink, int pre,
+                                                      float *vec) {
+  unsigned a = 0;
+  const int64_t st = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  __shared__ float part[32];
+  uint4 v[8];
+  bool have = false;
+  for (int p = 0; p < nphase; p++) {
+    const uint4 *w = reinterpret_cast<const uint4 *>(buf + off[p]);
+    const int64_t n = n16[p];
+    if (!have)
+#pragma unroll
+      for (int u = 0; u < 8; u++) v[u] = i0 + u * st < n ? __ldcs(w + i0 + u * st) : make_uint4(0, 0, 0, 0);
+    if (vec && p > 0) { // the input the phase before wrote
+      float x = __ldcg(vec + (p & 1) * 2048 + (blockIdx.x & 7) * 256 + (threadIdx.x & 255));
+      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
+      if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+      __syncthreads();
+      float sum = 0.0f;
+      for (int k = 0; k < 32; k++) sum += part[k];
+      a ^= (unsigned)(sum > 1e30f);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    a ^= stream(w, n, 8);
+    if (p + 1 < nphase) {
+      if (vec && blockIdx.x < 8 && threadIdx.x < 256) vec[((p + 1) & 1) * 2048 + blockIdx.x * 256 + threadIdx.x] = (float)(a & 1);
+      have = pre != 0;
+      if (have) {
+        const uint4 *w2 = reinterpret_cast<const uint4 *>(buf + off[p + 1]);
+        const int64_t n2 = n16[p + 1];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = i0 + u * st < n2 ? __ldcs(w2 + i0 + u * st) : make_uint4(0, 0, 0, 0);
+      }
+      grid_bar(bar, bar + 32, gridDim.x);
+    }
+  }
+  if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
+}
+
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : nullptr; // run the rows whose name contains this
   // bytes each kernel of the step's critical path reads (4K, batch 1): prep,
   // fc, norm, q/k/v, attention (float K/V of 4,096 positions), combine, o,
   // residual+norm, router, routing, routed gate/up, down, final norm, head,
@@ -164,7 +215,8 @@ int main() {
     const char *name;
     int pdl, before, bytes, head, chain, blocks_per_sm;
     int fused;   // 1: the 6 byte-free kernels (norms, combine, routing, feedback) folded into their neighbours
-    int persist; // one persistent kernel, a grid barrier between phases
+    int persist; // one persistent kernel, a grid barrier between phases (2: k_persist2, 1 block of 1,024 an SM;
+                 // before = its next phase's first loads before the barrier, dep = reading the last's output)
     int skip;    // the kernel of step left out (0: none; k > 0: step[k])
     int dep;     // each kernel reads 2,048 floats the one before wrote and reduces them (with before 2)
     int pro;     // each kernel's two dependent loads before its first weight load
@@ -195,6 +247,11 @@ int main() {
       {"step bytes, prologue, loads before wait, PDL", 1, 1, 1, 1, 1, 8, 0, 0, 0, 0, 1},
       {"the same, 2 blocks/SM", 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 1},
       {"15 kernels, no bytes, prologue, PDL", 1, 1, 0, 1, 1, 8, 0, 0, 0, 0, 1},
+      {"megakernel: 1 block/SM x 1024, 15 phases", 0, 0, 1, 1, 1, 1, 0, 2},
+      {"megakernel: + next phase's loads before barrier", 0, 1, 1, 1, 1, 1, 0, 2},
+      {"megakernel: + each phase reading the last's output", 0, 1, 1, 1, 1, 1, 0, 2, 0, 1},
+      {"megakernel: the same, 9 phases", 0, 1, 1, 1, 1, 1, 1, 2, 0, 1},
+      {"megakernel: 15 phases, no bytes", 0, 0, 0, 1, 1, 1, 0, 2},
       {"loads after wait, 2 blocks/SM filling the SM", 1, 0, 1, 1, 1, 2, 0, 0, 0, 0, 0, 100},
       {"loads before wait, 2 blocks/SM filling the SM", 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 100},
       {"loads before wait, 1 block/SM filling half", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 100},
@@ -240,8 +297,18 @@ int main() {
       it.push_back(item{o, v.bytes ? step[k] : 0, k});
       bytes += it.back().b;
     }
+    if (only) { // comma-separated substrings of the rows to run
+      bool hit = false;
+      for (const char *q = only; *q && !hit;) {
+        const char *e = strchr(q, ',');
+        const size_t len = e ? (size_t)(e - q) : strlen(q);
+        hit = len && std::string(v.name).find(std::string(q, len)) != std::string::npos;
+        q += len + (e != nullptr);
+      }
+      if (!hit) continue;
+    }
     if (v.persist) { // the phase table before the capture (no copies while capturing)
-      if (occ < v.blocks_per_sm) {
+      if (v.persist == 1 && occ < v.blocks_per_sm) {
         printf("%-50s (needs %d blocks per SM resident, %d fit)\n", v.name, v.blocks_per_sm, occ);
         continue;
       }
@@ -251,7 +318,9 @@ int main() {
       CK(cudaMemcpy(d_n16, h_n16.data(), h_n16.size() * 8, cudaMemcpyHostToDevice));
     }
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    if (v.persist)
+    if (v.persist == 2)
+      k_persist2<<<sms, 1024, 0, s>>>(buf, d_off, d_n16, (int)it.size(), bar, sink, v.before, v.dep ? vec : nullptr);
+    else if (v.persist)
       k_persist<<<sms * v.blocks_per_sm, 256, 0, s>>>(buf, d_off, d_n16, (int)it.size(), bar, sink);
     else
       for (size_t q = 0; q < it.size(); q++) {
