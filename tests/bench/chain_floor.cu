@@ -181,6 +181,128 @@ __global__ void __launch_bounds__(1024, 1) k_persist2(const uint8_t *buf, const 
   if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
 }
 
+// mbarrier and bulk-copy helpers for k_persist3
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *b, uint32_t n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+  uint32_t ok = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(ok)
+                 : "r"(smem_u32(b)), "r"(parity)
+                 : "memory");
+  } while (!ok);
+}
+
+// the grid barrier of grid_bar among the 256 consumer threads of each block
+// (named barrier 1), the producer warp going on meanwhile
+__device__ void grid_bar_c(unsigned *count, volatile unsigned *gen, unsigned nb) {
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  if (threadIdx.x == 0) {
+    const unsigned g = *gen;
+    __threadfence();
+    if (atomicAdd(count, 1u) == nb - 1) {
+      *count = 0;
+      __threadfence();
+      atomicAdd((unsigned *)gen, 1u);
+    } else
+      while (*gen == g) {
+      }
+    __threadfence();
+  }
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+
+#define P3_CHUNK 16384 // bytes a ring slot
+#define P3_SLOTS 12    // 192 KB of ring a block
+
+// A streaming megakernel: one block per SM, 8 consumer warps and a producer
+// warp. The producer copies this block's share of every phase, phase after
+// phase, into a ring of P3_SLOTS 16 KB slots of shared memory (cp.async.bulk,
+// evict-first), as far ahead as the ring allows: the weights are constant,
+// so nothing waits for the phases' dependencies but the ring's space. The
+// consumers read each slot (as a product would) and meet the other blocks
+// at a grid barrier after each phase (with dep: then read the 2,048 floats
+// the phase before wrote). The chain's dependencies then gate only the
+// compute, not the weights' requests: the bound a megakernel step could get.
+__global__ void __launch_bounds__(288, 1) k_persist3(const uint8_t *buf, const int64_t *off, const int64_t *n16,
+                                                     int nphase, unsigned *bar, unsigned *sink, float *vec) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t full[P3_SLOTS], empty[P3_SLOTS];
+  __shared__ float part[8];
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const unsigned nb = gridDim.x, b = blockIdx.x;
+  if (tid == 0) {
+    for (int k = 0; k < P3_SLOTS; k++) mbar_init(&full[k], 1), mbar_init(&empty[k], 8);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == 8) { // the producer
+    if ((tid & 31) == 0) {
+      uint64_t pol;
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+      int64_t i = 0;
+      for (int p = 0; p < nphase; p++) {
+        const int64_t w0 = n16[p] * b / nb, w1 = n16[p] * (b + 1) / nb; // this block's share, in 16-byte words
+        for (int64_t w = w0; w < w1; w += P3_CHUNK / 16, i++) {
+          const int sl = (int)(i % P3_SLOTS);
+          const int64_t k = i / P3_SLOTS;
+          if (k > 0) mbar_wait(&empty[sl], (uint32_t)((k - 1) & 1));
+          const uint32_t bytes = (uint32_t)((w1 - w < P3_CHUNK / 16 ? w1 - w : P3_CHUNK / 16) * 16);
+          mbar_expect(&full[sl], bytes);
+          asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], "
+                       "%2, [%3], %4;" ::"r"(smem_u32(ring + (size_t)sl * P3_CHUNK)),
+                       "l"(buf + off[p] + w * 16), "r"(bytes), "r"(smem_u32(&full[sl])), "l"(pol)
+                       : "memory");
+        }
+      }
+    }
+    return;
+  }
+  unsigned a = 0;
+  int64_t i = 0;
+  for (int p = 0; p < nphase; p++) {
+    if (p > 0) {
+      grid_bar_c(bar, bar + 32, nb);
+      if (vec) {
+        float x = __ldcg(vec + (p & 1) * 2048 + (b & 7) * 256 + tid);
+        for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
+        if ((tid & 31) == 0) part[warp] = x;
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        float sum = 0.0f;
+        for (int k = 0; k < 8; k++) sum += part[k];
+        a ^= (unsigned)(sum > 1e30f);
+      }
+    }
+    const int64_t w0 = n16[p] * b / nb, w1 = n16[p] * (b + 1) / nb;
+    for (int64_t w = w0; w < w1; w += P3_CHUNK / 16, i++) {
+      const int sl = (int)(i % P3_SLOTS);
+      mbar_wait(&full[sl], (uint32_t)((i / P3_SLOTS) & 1));
+      const int nw = (int)(w1 - w < P3_CHUNK / 16 ? w1 - w : P3_CHUNK / 16);
+      const uint4 *q = reinterpret_cast<const uint4 *>(ring + (size_t)sl * P3_CHUNK);
+      for (int k = tid; k < nw; k += 256) {
+        const uint4 v = q[k];
+        a ^= v.x ^ v.y ^ v.z ^ v.w;
+      }
+      __syncwarp();
+      if ((tid & 31) == 0) mbar_arrive(&empty[sl]);
+    }
+    if (vec && p + 1 < nphase) {
+      asm volatile("bar.sync 1, 256;" ::: "memory"); // part read by every warp before the next phase writes it
+      if (b < 8) vec[((p + 1) & 1) * 2048 + b * 256 + tid] = (float)(a & 1);
+    }
+  }
+  if (a == 0x9E3779B9u) sink[b & 1023] = a;
+}
+
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : nullptr; // run the rows whose name contains this
   // bytes each kernel of the step's critical path reads (4K, batch 1): prep,
@@ -216,7 +338,8 @@ int main(int argc, char **argv) {
     int pdl, before, bytes, head, chain, blocks_per_sm;
     int fused;   // 1: the 6 byte-free kernels (norms, combine, routing, feedback) folded into their neighbours
     int persist; // one persistent kernel, a grid barrier between phases (2: k_persist2, 1 block of 1,024 an SM;
-                 // before = its next phase's first loads before the barrier, dep = reading the last's output)
+                 // before = its next phase's first loads before the barrier, dep = reading the last's output;
+                 // 3: k_persist3, the weights through a ring in shared memory, dep as for 2)
     int skip;    // the kernel of step left out (0: none; k > 0: step[k])
     int dep;     // each kernel reads 2,048 floats the one before wrote and reduces them (with before 2)
     int pro;     // each kernel's two dependent loads before its first weight load
@@ -252,6 +375,10 @@ int main(int argc, char **argv) {
       {"megakernel: + each phase reading the last's output", 0, 1, 1, 1, 1, 1, 0, 2, 0, 1},
       {"megakernel: the same, 9 phases", 0, 1, 1, 1, 1, 1, 1, 2, 0, 1},
       {"megakernel: 15 phases, no bytes", 0, 0, 0, 1, 1, 1, 0, 2},
+      {"streaming megakernel: weights through a 192 KB ring, 15 phases", 0, 0, 1, 1, 1, 1, 0, 3},
+      {"streaming megakernel: + each phase reading the last's output", 0, 0, 1, 1, 1, 1, 0, 3, 0, 1},
+      {"streaming megakernel: the same, 9 phases", 0, 0, 1, 1, 1, 1, 1, 3, 0, 1},
+      {"streaming megakernel: 15 phases, no bytes", 0, 0, 0, 1, 1, 1, 0, 3},
       {"loads after wait, 2 blocks/SM filling the SM", 1, 0, 1, 1, 1, 2, 0, 0, 0, 0, 0, 100},
       {"loads before wait, 2 blocks/SM filling the SM", 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 100},
       {"loads before wait, 1 block/SM filling half", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 100},
@@ -273,6 +400,7 @@ int main(int argc, char **argv) {
   int occ = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_persist, 256, 0));
   CK(cudaFuncSetAttribute(k_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+  CK(cudaFuncSetAttribute(k_persist3, cudaFuncAttributeMaxDynamicSharedMemorySize, P3_CHUNK * P3_SLOTS));
   printf("%d SMs; step bytes %.2f MB\n", sms, total / MB);
   printf("%-50s %10s %10s\n", "variant", "us/graph", "GB/s");
   for (const variant &v : vs) {
@@ -318,7 +446,10 @@ int main(int argc, char **argv) {
       CK(cudaMemcpy(d_n16, h_n16.data(), h_n16.size() * 8, cudaMemcpyHostToDevice));
     }
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    if (v.persist == 2)
+    if (v.persist == 3)
+      k_persist3<<<sms, 288, P3_CHUNK * P3_SLOTS, s>>>(buf, d_off, d_n16, (int)it.size(), bar, sink,
+                                                        v.dep ? vec : nullptr);
+    else if (v.persist == 2)
       k_persist2<<<sms, 1024, 0, s>>>(buf, d_off, d_n16, (int)it.size(), bar, sink, v.before, v.dep ? vec : nullptr);
     else if (v.persist)
       k_persist<<<sms * v.blocks_per_sm, 256, 0, s>>>(buf, d_off, d_n16, (int)it.size(), bar, sink);
