@@ -101,10 +101,17 @@ __global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, uns
   if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
 }
 
+// the block's threads meet: all of them, or (named > 0) the first named
+// threads at barrier 1 (k_persist3's consumers, its producer warp going on)
+__device__ __forceinline__ void block_meet(int named) {
+  if (named) asm volatile("bar.sync 1, %0;" ::"r"(named) : "memory");
+  else __syncthreads();
+}
+
 // a grid-wide barrier for a persistent kernel whose blocks are all resident:
 // the last block to arrive resets the count and moves the generation on
-__device__ void grid_bar(unsigned *count, volatile unsigned *gen, unsigned nb) {
-  __syncthreads();
+__device__ void grid_bar(unsigned *count, volatile unsigned *gen, unsigned nb, int named = 0) {
+  block_meet(named);
   if (threadIdx.x == 0) {
     const unsigned g = *gen;
     __threadfence();
@@ -117,7 +124,7 @@ __device__ void grid_bar(unsigned *count, volatile unsigned *gen, unsigned nb) {
       }
     __threadfence();
   }
-  __syncthreads();
+  block_meet(named);
 }
 
 // the same streams as one kernel: phase p reads n16[p] words at buf + off[p],
@@ -202,25 +209,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
   } while (!ok);
 }
 
-// the grid barrier of grid_bar among the 256 consumer threads of each block
-// (named barrier 1), the producer warp going on meanwhile
-__device__ void grid_bar_c(unsigned *count, volatile unsigned *gen, unsigned nb) {
-  asm volatile("bar.sync 1, 256;" ::: "memory");
-  if (threadIdx.x == 0) {
-    const unsigned g = *gen;
-    __threadfence();
-    if (atomicAdd(count, 1u) == nb - 1) {
-      *count = 0;
-      __threadfence();
-      atomicAdd((unsigned *)gen, 1u);
-    } else
-      while (*gen == g) {
-      }
-    __threadfence();
-  }
-  asm volatile("bar.sync 1, 256;" ::: "memory");
-}
-
 #define P3_CHUNK 16384 // bytes a ring slot
 #define P3_SLOTS 12    // 192 KB of ring a block
 
@@ -271,12 +259,12 @@ __global__ void __launch_bounds__(288, 1) k_persist3(const uint8_t *buf, const i
   int64_t i = 0;
   for (int p = 0; p < nphase; p++) {
     if (p > 0) {
-      grid_bar_c(bar, bar + 32, nb);
+      grid_bar(bar, bar + 32, nb, 256);
       if (vec) {
         float x = __ldcg(vec + (p & 1) * 2048 + (b & 7) * 256 + tid);
         for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
         if ((tid & 31) == 0) part[warp] = x;
-        asm volatile("bar.sync 1, 256;" ::: "memory");
+        block_meet(256);
         float sum = 0.0f;
         for (int k = 0; k < 8; k++) sum += part[k];
         a ^= (unsigned)(sum > 1e30f);
@@ -296,7 +284,7 @@ __global__ void __launch_bounds__(288, 1) k_persist3(const uint8_t *buf, const i
       if ((tid & 31) == 0) mbar_arrive(&empty[sl]);
     }
     if (vec && p + 1 < nphase) {
-      asm volatile("bar.sync 1, 256;" ::: "memory"); // part read by every warp before the next phase writes it
+      block_meet(256); // part read by every warp before the next phase writes it
       if (b < 8) vec[((p + 1) & 1) * 2048 + b * 256 + tid] = (float)(a & 1);
     }
   }
