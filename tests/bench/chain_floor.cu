@@ -16,7 +16,11 @@
 // copy into shared memory, then its weight-table entries). The "filling"
 // rows hold each SM's shared memory with 2 blocks (or half of it with 1), so
 // that the next kernel's blocks become resident only as these leave, as
-// when every block of mtpq's k_mv holds ~120 registers a thread.
+// when every block of mtpq's k_mv holds ~120 registers a thread. The
+// "megakernel" rows (k_persist2, k_persist3) run the phases in one
+// persistent kernel with the next phase's weights requested before each
+// grid barrier; written 2026-12-01 and not yet run on a GPU (the other rows
+// were: RESULTS.md, thirteenth round).
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
