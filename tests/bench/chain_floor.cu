@@ -58,6 +58,27 @@ __device__ __forceinline__ unsigned stream(const uint4 *w, int64_t n16, int64_t 
   return a;
 }
 
+// the block's threads meet: all of them, or (named > 0) the first named
+// threads at barrier 1 (k_persist3's consumers, its producer warp going on)
+__device__ __forceinline__ void block_meet(int named) {
+  if (named) asm volatile("bar.sync 1, %0;" ::"r"(named) : "memory");
+  else __syncthreads();
+}
+
+// what every real kernel does after its wait: each thread reads one of the
+// 2,048 floats at in (the block a 256-float slice, from L2) and the block
+// (or its named threads) sums them through shared memory
+__device__ float input_sum(const float *in, int named = 0) {
+  __shared__ float part[32];
+  float x = __ldcg(in + (blockIdx.x & 7) * 256 + (threadIdx.x & 255));
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+  block_meet(named);
+  float sum = 0.0f;
+  for (int k = 0; k < (named ? named : (int)blockDim.x) / 32; k++) sum += part[k];
+  return sum;
+}
+
 // streams n16 16-byte words of w (8 loads in flight per thread), before
 // (before 1) or after griddepcontrol.wait, or (before 2) a thread's first 8
 // loads before it and the rest after (what a kernel that keeps its first
@@ -84,15 +105,7 @@ __global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, uns
 #pragma unroll
     for (int u = 0; u < 8; u++) v[u] = i + u * st < n16 ? __ldcs(w + i + u * st) : make_uint4(0, 0, 0, 0);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    float sum = 0.0f;
-    if (xin) {
-      __shared__ float part[8];
-      float x = __ldcg(xin + (blockIdx.x & 7) * 256 + threadIdx.x);
-      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
-      if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
-      __syncthreads();
-      for (int k = 0; k < 8; k++) sum += part[k];
-    }
+    const float sum = xin ? input_sum(xin) : 0.0f;
 #pragma unroll
     for (int u = 0; u < 8; u++) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     a ^= stream(w, n16, 8);
@@ -103,13 +116,6 @@ __global__ void __launch_bounds__(256) k_stream(const uint4 *w, int64_t n16, uns
     if (before) asm volatile("griddepcontrol.wait;" ::: "memory");
   }
   if (a == 0x9E3779B9u) sink[blockIdx.x & 1023] = a;
-}
-
-// the block's threads meet: all of them, or (named > 0) the first named
-// threads at barrier 1 (k_persist3's consumers, its producer warp going on)
-__device__ __forceinline__ void block_meet(int named) {
-  if (named) asm volatile("bar.sync 1, %0;" ::"r"(named) : "memory");
-  else __syncthreads();
 }
 
 // a grid-wide barrier for a persistent kernel whose blocks are all resident:
@@ -156,7 +162,6 @@ __global__ void __launch_bounds__(1024, 1) k_persist2(const uint8_t *buf, const 
                                                       float *vec) {
   unsigned a = 0;
   const int64_t st = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  __shared__ float part[32];
   uint4 v[8];
   bool have = false;
   for (int p = 0; p < nphase; p++) {
@@ -165,15 +170,7 @@ __global__ void __launch_bounds__(1024, 1) k_persist2(const uint8_t *buf, const 
     if (!have)
 #pragma unroll
       for (int u = 0; u < 8; u++) v[u] = i0 + u * st < n ? __ldcs(w + i0 + u * st) : make_uint4(0, 0, 0, 0);
-    if (vec && p > 0) { // the input the phase before wrote
-      float x = __ldcg(vec + (p & 1) * 2048 + (blockIdx.x & 7) * 256 + (threadIdx.x & 255));
-      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
-      if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
-      __syncthreads();
-      float sum = 0.0f;
-      for (int k = 0; k < 32; k++) sum += part[k];
-      a ^= (unsigned)(sum > 1e30f);
-    }
+    if (vec && p > 0) a ^= (unsigned)(input_sum(vec + (p & 1) * 2048) > 1e30f); // the input the phase before wrote
 #pragma unroll
     for (int u = 0; u < 8; u++) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     a ^= stream(w, n, 8);
@@ -229,7 +226,6 @@ __global__ void __launch_bounds__(288, 1) k_persist3(const uint8_t *buf, const i
                                                      int nphase, unsigned *bar, unsigned *sink, float *vec) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[P3_SLOTS], empty[P3_SLOTS];
-  __shared__ float part[8];
   const int tid = threadIdx.x, warp = tid >> 5;
   const unsigned nb = gridDim.x, b = blockIdx.x;
   if (tid == 0) {
@@ -264,15 +260,7 @@ __global__ void __launch_bounds__(288, 1) k_persist3(const uint8_t *buf, const i
   for (int p = 0; p < nphase; p++) {
     if (p > 0) {
       grid_bar(bar, bar + 32, nb, 256);
-      if (vec) {
-        float x = __ldcg(vec + (p & 1) * 2048 + (b & 7) * 256 + tid);
-        for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
-        if ((tid & 31) == 0) part[warp] = x;
-        block_meet(256);
-        float sum = 0.0f;
-        for (int k = 0; k < 8; k++) sum += part[k];
-        a ^= (unsigned)(sum > 1e30f);
-      }
+      if (vec) a ^= (unsigned)(input_sum(vec + (p & 1) * 2048, 256) > 1e30f);
     }
     const int64_t w0 = n16[p] * b / nb, w1 = n16[p] * (b + 1) / nb;
     for (int64_t w = w0; w < w1; w += P3_CHUNK / 16, i++) {
@@ -287,10 +275,8 @@ __global__ void __launch_bounds__(288, 1) k_persist3(const uint8_t *buf, const i
       __syncwarp();
       if ((tid & 31) == 0) mbar_arrive(&empty[sl]);
     }
-    if (vec && p + 1 < nphase) {
-      block_meet(256); // part read by every warp before the next phase writes it
-      if (b < 8) vec[((p + 1) & 1) * 2048 + b * 256 + tid] = (float)(a & 1);
-    }
+    // (input_sum's shared sums are next written after the grid barrier's own meeting)
+    if (vec && p + 1 < nphase && b < 8) vec[((p + 1) & 1) * 2048 + b * 256 + tid] = (float)(a & 1);
   }
   if (a == 0x9E3779B9u) sink[b & 1023] = a;
 }
