@@ -12,6 +12,16 @@
 // shared expert runs on a second stream beside the routed experts. Measured
 // effect of each: tests/bench/RESULTS.md.
 //
+// Why a chain of kernels and not one persistent kernel: on the H200 every
+// synchronisation through memory (grid barrier, flag counter) cost at
+// least what a kernel boundary under programmatic dependent launch does
+// (~1.5 us), and 3-6 us while weights stream, since its polls and the input
+// read after it queue behind the SM's weight traffic; persistent forms of
+// the step's bytes and dependencies (register prefetch, a shared-memory
+// ring fed by the copy engine, L2 prefetch) all measured slower than the
+// same chain of kernels (tests/bench/chain_floor.cu; RESULTS.md, fourteenth
+// round).
+//
 // cuBLASLt is not used: at 1..8 tokens a step is a set of matrix-vector
 // products over weights read once, where a GEMM library's tiles (N >= 16 or
 // 32) waste most of their work and its FP8 path would round the float32
