@@ -7,6 +7,7 @@
 // chain's. Stand-alone (no mtpq code), built on the GPU machine:
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/chain_floor tests/bench/chain_floor.cu
 //   timeout 60 /tmp/chain_floor [ROWS]   (ROWS: comma-separated substrings of the rows to run; default all)
+//   CHAIN_STEP=stock /tmp/chain_floor [ROWS]   (the stock BF16 drafter's bytes instead of mtpq's)
 // Prints one row per variant: us per graph (median of 9 runs of 100 launches).
 // The "reading the last's output" rows add what every real kernel does
 // after its wait: read the vector the kernel before wrote (from L2), reduce
