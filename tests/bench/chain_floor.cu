@@ -289,8 +289,8 @@ __device__ __forceinline__ unsigned long long gtimer() {
 // space. The consumers read each slot (as a product would) and, after each
 // phase, meet the other blocks: sync 0 not at all (what the ring streams by
 // itself), 1 grid_bar, 2 flag_bar (3: polling every 100 ns); with dep they
-// then read the 2,048 floats the phase before wrote. nphase 1 with all bytes in one phase: the ring's
-// streaming rate alone. ilv: a phase's slots dealt to the blocks in turn
+// then read the 2,048 floats the phase before wrote. nphase 1 with all
+// bytes in one phase: the ring's streaming rate alone. ilv: a phase's slots dealt to the blocks in turn
 // (slot c to block c % blocks, so the chip reads each phase front to back
 // together, as a grid-stride loop does) instead of one contiguous share a
 // block. tl (not null): %globaltimer at each phase's start and end, per block.
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(288, 1) k_persist4(const uint8_t *buf, const i
   if (tid == 0) {
     for (int k = 0; k < nslot; k++) mbar_init(&full[k], 1), mbar_init(&empty[k], 8);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    ticket = sync == 2 ? atomicAdd(bar + 64, 1u) : 0;
+    ticket = sync >= 2 ? atomicAdd(bar + 64, 1u) : 0; // (flag_bar's launch number)
   }
   __syncthreads();
   if (warp == 8) { // the producer
@@ -451,7 +451,7 @@ int main(int argc, char **argv) {
   float *vec; // two 2,048-float vectors the dep variants pass from kernel to kernel
   CK(cudaMalloc(&vec, 2 * 2048 * sizeof(float)));
   CK(cudaMemset(vec, 0, 2 * 2048 * sizeof(float)));
-  unsigned long long *tl; // k_persist4's timeline: blocks x phases x (start, end)
+  unsigned long long *tl; // k_persist4's and k_persist5's timelines: blocks x phases x (start, end)
   CK(cudaMalloc(&tl, 132 * 4 * 64 * 2 * 8));
   int *pro; // the prologue rows' task and table words (zeros)
   CK(cudaMalloc(&pro, 64 * sizeof(int)));
@@ -475,7 +475,8 @@ int main(int argc, char **argv) {
     int pro;     // each kernel's two dependent loads before its first weight load
     int full;    // KB of (unused) shared memory a block: blocks_per_sm of them fill the SM, so the next
                  // kernel's blocks cannot be resident before these leave (as with mtpq's register-bound k_mv)
-    int sync;    // persist 2: 2 = flag_bar instead of grid_bar; persist 4: 0 none, 1 grid_bar, 2 flag_bar
+    int sync;    // persist 2: 2 = flag_bar instead of grid_bar; persist 4: 0 none, 1 grid_bar, 2 flag_bar,
+                 // 3 flag_bar polling every 100 ns
     int chunk;   // persist 4: KB a ring slot
     int one;     // all the bytes as one phase
     int ilv;     // persist 4: slots dealt to the blocks in turn
