@@ -186,9 +186,17 @@ __device__ void flag_bar(unsigned *cnt, unsigned target, int named = 0, int slee
   block_meet(named);
 }
 
-// the counter value phase p's barrier waits for in this launch: every
-// block takes a ticket at its start (tk), the launch's number is the
-// ticket / blocks, and each launch moves the counter by (nphase - 1) x blocks
+// flag_bar's words in the bar buffer (grid_bar's are words 0 and 32): the
+// tickets and the counter
+#define FB_TICKETS 64
+#define FB_COUNT 96
+
+// a block's ticket (taken by one thread at the block's start): the launch's
+// number is the ticket / blocks
+__device__ __forceinline__ unsigned flag_ticket(unsigned *bar) { return atomicAdd(bar + FB_TICKETS, 1u); }
+
+// the counter value phase p's barrier waits for in this launch: each launch
+// moves the counter by (nphase - 1) x blocks
 __device__ __forceinline__ unsigned flag_target(unsigned ticket, unsigned nb, int nphase, int p) {
   return ((ticket / nb) * (unsigned)(nphase - 1) + (unsigned)p) * nb;
 }
@@ -218,8 +226,8 @@ __global__ void __launch_bounds__(1024, 1) k_persist2(const uint8_t *buf, const 
                                                       float *vec, int flags) {
   unsigned a = 0;
   __shared__ unsigned ticket;
-  if (flags) { // the flag barrier's launch number (bar + 64: tickets; bar + 96: the counter)
-    if (threadIdx.x == 0) ticket = atomicAdd(bar + 64, 1u);
+  if (flags) { // the flag barrier's launch number
+    if (threadIdx.x == 0) ticket = flag_ticket(bar);
     __syncthreads();
   }
   const int64_t st = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -244,7 +252,7 @@ __global__ void __launch_bounds__(1024, 1) k_persist2(const uint8_t *buf, const 
 #pragma unroll
         for (int u = 0; u < 8; u++) v[u] = i0 + u * st < n2 ? __ldcs(w2 + i0 + u * st) : make_uint4(0, 0, 0, 0);
       }
-      if (flags) flag_bar(bar + 96, flag_target(ticket, gridDim.x, nphase, p + 1));
+      if (flags) flag_bar(bar + FB_COUNT, flag_target(ticket, gridDim.x, nphase, p + 1));
       else grid_bar(bar, bar + 32, gridDim.x);
     }
   }
@@ -305,7 +313,7 @@ __global__ void __launch_bounds__(288, 1) k_persist4(const uint8_t *buf, const i
   if (tid == 0) {
     for (int k = 0; k < nslot; k++) mbar_init(&full[k], 1), mbar_init(&empty[k], 8);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    ticket = sync >= 2 ? atomicAdd(bar + 64, 1u) : 0; // (flag_bar's launch number)
+    ticket = sync >= 2 ? flag_ticket(bar) : 0;
   }
   __syncthreads();
   if (warp == 8) { // the producer
@@ -338,7 +346,7 @@ __global__ void __launch_bounds__(288, 1) k_persist4(const uint8_t *buf, const i
   for (int p = 0; p < nphase; p++) {
     if (p > 0) {
       if (sync == 1) grid_bar(bar, bar + 32, nb, 256);
-      else if (sync >= 2) flag_bar(bar + 96, flag_target(ticket, nb, nphase, p), 256, sync == 3 ? 100 : 0);
+      else if (sync >= 2) flag_bar(bar + FB_COUNT, flag_target(ticket, nb, nphase, p), 256, sync == 3 ? 100 : 0);
       if (vec) a ^= (unsigned)(input_sum(vec + (p & 1) * 2048, 256) > 1e30f);
     }
     if (tl && tid == 0) tl[((size_t)b * nphase + p) * 2] = gtimer();
@@ -371,7 +379,8 @@ __global__ void __launch_bounds__(288, 1) k_persist4(const uint8_t *buf, const i
 // past the start of the phase being computed. Prefetches return nothing to
 // the SM, so a barrier's poll and the input read after it do not queue
 // behind the SM's weight traffic, as they do behind k_persist4's ring
-// (its timeline: 3-6 us a barrier after a phase with bytes, 1.5 without).
+// (its timeline: 3-6 us a barrier after a phase with bytes, 1.2-1.3 after
+// one without).
 // The phases are read grid-stride (the chip front to back together).
 __global__ void __launch_bounds__(1024, 1) k_persist5(const uint8_t *buf, const int64_t *off, const int64_t *n16,
                                                       int nphase, unsigned *bar, unsigned *sink, float *vec,
@@ -379,7 +388,7 @@ __global__ void __launch_bounds__(1024, 1) k_persist5(const uint8_t *buf, const 
   __shared__ unsigned ticket;
   const unsigned nb = gridDim.x, b = blockIdx.x;
   const int tid = threadIdx.x;
-  if (tid == 0) ticket = atomicAdd(bar + 64, 1u);
+  if (tid == 0) ticket = flag_ticket(bar);
   __syncthreads();
   int pf_p = 0;         // thread 32: the phase and this block's byte in it that the prefetches have reached
   int64_t pf_b = 0;
@@ -387,7 +396,7 @@ __global__ void __launch_bounds__(1024, 1) k_persist5(const uint8_t *buf, const 
   unsigned a = 0;
   for (int p = 0; p < nphase; p++) {
     if (p > 0) {
-      flag_bar(bar + 96, flag_target(ticket, nb, nphase, p));
+      flag_bar(bar + FB_COUNT, flag_target(ticket, nb, nphase, p));
       if (vec) a ^= (unsigned)(input_sum(vec + (p & 1) * 2048) > 1e30f);
     }
     if (tl && tid == 0) tl[((size_t)b * nphase + p) * 2] = gtimer();
@@ -451,8 +460,8 @@ int main(int argc, char **argv) {
   float *vec; // two 2,048-float vectors the dep variants pass from kernel to kernel
   CK(cudaMalloc(&vec, 2 * 2048 * sizeof(float)));
   CK(cudaMemset(vec, 0, 2 * 2048 * sizeof(float)));
-  unsigned long long *tl; // k_persist4's and k_persist5's timelines: blocks x phases x (start, end)
-  CK(cudaMalloc(&tl, 132 * 4 * 64 * 2 * 8));
+  unsigned long long *tl; // k_persist4's and k_persist5's timelines: blocks (one an SM) x phases x (start, end)
+  CK(cudaMalloc(&tl, (size_t)sms * 64 * 2 * sizeof(unsigned long long))); // (64 phases: d_off's size)
   int *pro; // the prologue rows' task and table words (zeros)
   CK(cudaMalloc(&pro, 64 * sizeof(int)));
   CK(cudaMemset(pro, 0, 64 * sizeof(int)));
@@ -566,7 +575,7 @@ int main(int argc, char **argv) {
   };
   unsigned *bar;
   int64_t *d_off, *d_n16;
-  CK(cudaMalloc(&bar, 1024)); // grid_bar: words 0 and 32; flag_bar: tickets at 64, the counter at 96
+  CK(cudaMalloc(&bar, 1024)); // grid_bar's words 0 and 32, flag_bar's FB_TICKETS and FB_COUNT
   CK(cudaMemset(bar, 0, 1024));
   CK(cudaMalloc(&d_off, 64 * sizeof(int64_t)));
   CK(cudaMalloc(&d_n16, 64 * sizeof(int64_t)));
