@@ -51,18 +51,21 @@ int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be) {
  * tokens and hidden states, then time `iters` calls drafting k tokens for
  * all of them from position ctx (each call rewrites the same KV entries, so
  * the timed steps attend over ctx+1 .. ctx+k positions). Returns the median
- * seconds per draft step (call / k). */
+ * seconds per draft step (call / k) and, on the CUDA backend, the median
+ * device time per step (the call's steps alone, without staging its inputs,
+ * copying the drafts back and the host's wait; -1 otherwise). */
 static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, int64_t ctx, int batch, int k,
-                                  int iters, const char *label, int profile, double *median, struct mtpq_err *err) {
+                                  int iters, const char *label, int profile, double *median, double *dev_median,
+                                  struct mtpq_err *err) {
   int64_t H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
   enum { CHUNK = 256 };
   struct mtpq_session *s = NULL;
   enum mtpq_status st = mtpq_session_open_batch(d, be, ctx + k, 0, batch, &s, err);
   if (st) return st;
   float *h = malloc((size_t)(CHUNK * H) * sizeof *h), *out = malloc((size_t)(CHUNK * H) * sizeof *out);
-  double *t = malloc((size_t)iters * sizeof *t);
+  double *t = malloc((size_t)iters * sizeof *t), *dv = malloc((size_t)iters * sizeof *dv);
   int32_t *drafted = malloc((size_t)(k * batch) * sizeof *drafted);
-  if (!h || !out || !t || !drafted) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  if (!h || !out || !t || !dv || !drafted) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   int32_t tok[CHUNK];
   int64_t pos[CHUNK];
@@ -87,9 +90,9 @@ static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, 
   for (int i = -5; i < iters && !st; i++) { /* 5 untimed warm-up calls */
     double t0 = cli_now_s();
     st = mtpq_session_draft(s, batch, tok, h, p, k, drafted, err);
-    if (i >= 0) t[i] = (cli_now_s() - t0) / k;
+    if (i >= 0) t[i] = (cli_now_s() - t0) / k, dv[i] = mtpq_session_draft_device_us(s) * 1e-6 / k;
   }
-  if (!st) *median = cli_median(t, iters);
+  if (!st) *median = cli_median(t, iters), *dev_median = dv[0] > 0 ? cli_median(dv, iters) : -1;
   if (!st && profile) {
     const char *names[64];
     double us[64], tot = 0;
@@ -103,6 +106,7 @@ static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, 
   free(h);
   free(out);
   free(t);
+  free(dv);
   free(drafted);
   mtpq_session_close(s);
   return st;
@@ -156,8 +160,8 @@ int cmd_bench_step(int argc, char **argv) {
   printf("bench-step: %s backend%s%s, median of %d calls of %d draft steps (drafter forward + head argmax, fed back), "
          "HBM read %.0f GB/s (%s)\n", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", be == MTPQ_BACKEND_CUDA ? " on " : "",
          be == MTPQ_BACKEND_CUDA ? mtpq_gpu_name() : "", iters, k, hbm, hsrc);
-  printf("%-30s %7s %5s %9s %9s %8s %6s %9s %7s %8s %10s\n", "drafter", "context", "batch", "us/step", "MB read",
-         "GB/s", "% HBM", "floor us", "x floor", "speedup", "drafts/s");
+  printf("%-30s %7s %5s %9s %9s %8s %6s %9s %7s %8s %10s %9s %7s\n", "drafter", "context", "batch", "us/step",
+         "MB read", "GB/s", "% HBM", "floor us", "x floor", "speedup", "drafts/s", "dev us", "dev x");
   fflush(stdout);
   /* row by row, printed as measured (a long run shows its progress) */
   for (int c = 0; c < nctx; c++)
@@ -166,20 +170,22 @@ int cmd_bench_step(int argc, char **argv) {
       for (int d = 0; d < nr; d++) {
         struct mtpq_drafter *dr = NULL;
         const char *name = d ? a.multi[idr][d - 1] : "stock (target mtp.*)";
-        double sv = 0;
+        double sv = 0, dsv = -1;
         int64_t by = 0;
         enum mtpq_status st = mtpq_drafter_open(target, d ? a.multi[idr][d - 1] : NULL, &dr, &err);
         if (!st) { /* the k timed steps attend over ctx+1 .. ctx+k positions: their mean */
           by = mtpq_drafter_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 4, bats[b]);
           st = time_step(dr, be, ctxs[c], bats[b], k, iters, d ? name : "stock", cli_has(bench_step_opts, &a, "profile"),
-                         &sv, &err);
+                         &sv, &dsv, &err);
         }
         mtpq_drafter_close(dr);
         if (st) return cli_fail(st, &err);
         if (d == 0) stock = sv;
         double us = sv * 1e6, gbs = (double)by / sv / 1e9, floor = (double)by / (hbm * 1e3);
-        printf("%-30.30s %7lld %5d %9.1f %9.2f %8.1f %5.1f%% %9.1f %7.2f %7.2fx %10.0f\n", name, (long long)ctxs[c],
+        printf("%-30.30s %7lld %5d %9.1f %9.2f %8.1f %5.1f%% %9.1f %7.2f %7.2fx %10.0f", name, (long long)ctxs[c],
                bats[b], us, (double)by / 1e6, gbs, 100.0 * gbs / hbm, floor, us / floor, stock / sv, bats[b] / sv);
+        if (dsv > 0) printf(" %9.1f %7.2f\n", dsv * 1e6, dsv * 1e6 / floor);
+        else printf(" %9s %7s\n", "-", "-");
         if (ts) /* one round: k draft steps, then one target verify step, yielding MAL tokens per sequence */
           printf("%-30s %7s %5s est. decode %.1f tokens/s per sequence = MAL %.3f / (%.3f ms + %d x %.4f ms)\n", "",
                  "", "", malv * 1e3 / (tstep + k * us / 1e3), malv, tstep, k, us / 1e3);
@@ -188,6 +194,8 @@ int cmd_bench_step(int argc, char **argv) {
     }
   printf("bytes = dense linears + head once, plus per sequence: top-k experts, one embedding row, float32 K/V of "
          "the positions attended; floor = bytes / HBM; x floor = us / floor; speedup = stock us / this us; drafts/s = "
-         "batch / step\n");
+         "batch / step; us/step = a call's wall time / k; dev us = its k steps' device time / k (CUDA: events around "
+         "the steps, without staging the inputs, copying the drafts back and the host's wait), dev x = dev us / "
+         "floor\n");
   return 0;
 }

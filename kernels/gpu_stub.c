@@ -37,6 +37,10 @@ enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t m
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
 void mtpq__cuda_session_close(void *g) { (void)g; }
+double mtpq__cuda_draft_device_us(void *g) {
+  (void)g;
+  return -1;
+}
 void mtpq__cuda_select(void *g, int seq) { (void)g, (void)seq; }
 int mtpq__cuda_profile(void *g, int n, const char **names, double *us, int max, struct mtpq_err *err) {
   (void)g, (void)n, (void)names, (void)us, (void)max;

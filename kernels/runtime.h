@@ -96,6 +96,12 @@ void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out
 int mtpq_session_profile(struct mtpq_session *s, int n, const char **names, double *us, int max,
                          struct mtpq_err *err);
 
+/* CUDA backend: the last mtpq_session_draft's device time in microseconds,
+ * from its first step's first kernel to its last step's end (what its steps
+ * took on the GPU, without staging the inputs, copying the drafts back and
+ * the host's wait); -1 on the CPU backend or before any draft. */
+double mtpq_session_draft_device_us(const struct mtpq_session *s);
+
 /* Hidden size of the session's drafter. */
 int64_t mtpq__session_hidden(const struct mtpq_session *s);
 

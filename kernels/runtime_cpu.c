@@ -404,6 +404,10 @@ int mtpq_session_profile(struct mtpq_session *s, int n, const char **names, doub
   return s->gpu ? mtpq__cuda_profile(s->gpu, n, names, us, max, err) : 0;
 }
 
+double mtpq_session_draft_device_us(const struct mtpq_session *s) {
+  return s->gpu ? mtpq__cuda_draft_device_us(s->gpu) : -1;
+}
+
 enum mtpq_status mtpq_session_draft(struct mtpq_session *s, int n, const int32_t *tokens, const float *hidden,
                                     const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err) {
   if (n < 1 || n > s->nseq) return mtpq_err_set(err, MTPQ_E_INVAL, "%d sequences in a %d-sequence session", n, s->nseq);

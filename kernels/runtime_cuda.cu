@@ -52,6 +52,10 @@ extern "C" {
 
 #define RT_MAXSTEPS 64
 
+// byte offsets in the staging block: token ids, sequences, positions (RT_NMAX
+// each), the draft step counter, then the hidden states (g->out)
+enum { ST_TOK = 0, ST_SEQ = 32, ST_POS = 64, ST_STEP = 128, ST_HID = 256 };
+
 enum { L_FC, L_Q, L_K, L_V, L_O, L_ROUTER, L_SEG, L_SG, L_SU, L_SD, L_HEAD, L_EXPERTS };
 
 struct mv_launch {
@@ -110,6 +114,12 @@ struct gpu_session {
   int64_t *h_pos;
   float *h_hid;
   unsigned long long *h_best;
+  // One block holds a call's inputs (ST_* layout), on the device and pinned on
+  // the host, so staging them is one copy (four copies and a memset before:
+  // each a separate operation on the stream ahead of the first step)
+  uint8_t *stage_d = nullptr, *stage_h = nullptr;
+  cudaEvent_t t0 = nullptr, t1 = nullptr; // around a draft call's steps (mtpq__cuda_draft_device_us)
+  double draft_us = -1;
   plan plans[RT_NMAX + 1];
   // profiling (mtpq__cuda_profile): an event after every kernel of a step
   bool prof = false;
@@ -205,7 +215,10 @@ extern "C" void mtpq__cuda_session_close(void *p) {
     if (pl.chain) cudaGraphExecDestroy(pl.chain);
   }
   for (void *a : g->allocs) cudaFree(a);
-  if (g->h_tok) cudaFreeHost(g->h_tok);
+  if (g->h_rec) cudaFreeHost(g->h_rec);
+  if (g->stage_h) cudaFreeHost(g->stage_h);
+  if (g->t0) cudaEventDestroy(g->t0);
+  if (g->t1) cudaEventDestroy(g->t1);
   if (g->st) cudaStreamDestroy(g->st);
   if (g->st2) cudaStreamDestroy(g->st2);
   if (g->fork) cudaEventDestroy(g->fork);
@@ -341,10 +354,10 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (E && d->eg[0].rows > g->IM) g->IM = d->eg[0].rows;
   g->IM = (g->IM + 15) / 16 * 16;
   const int64_t slots = NM * (g->K + 1) * g->IM, ps = NM * d->Nq * (int64_t)g->nsplit;
-  float **bufs[] = {&g->out, &g->c, &g->x0, &g->a, &g->qg, &g->kk, &g->vv, &g->att, &g->y,
+  float **bufs[] = {&g->c, &g->x0, &g->a, &g->qg, &g->kk, &g->vv, &g->att, &g->y,
                     &g->y2, &g->m, &g->m2, &g->pr, &g->z, &g->gb, &g->ub, &g->act, &g->po, &g->pm, &g->pl,
                     &g->logits, &g->kc, &g->vc, &g->wsel};
-  size_t sizes[] = {(size_t)(NM * H), (size_t)(NM * 2 * H), (size_t)(NM * H), (size_t)(NM * H),
+  size_t sizes[] = {(size_t)(NM * 2 * H), (size_t)(NM * H), (size_t)(NM * H),
                     (size_t)(NM * QG), (size_t)(NM * KV), (size_t)(NM * KV), (size_t)(NM * d->Nq * d->D),
                     (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * (E ? E : 1)),
                     (size_t)NM,
@@ -366,22 +379,28 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
       st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the RoPE table failed");
   }
   if (!st) st = dalloc(g, &g->sel, NM * RT_KST * sizeof(int), err);
-  if (!st) st = dalloc(g, &g->tok, NM * sizeof(int), err);
-  if (!st) st = dalloc(g, &g->seqa, NM * sizeof(int), err);
   if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
-  if (!st) st = dalloc(g, &g->stepc, sizeof(int), err);
-  if (!st) st = dalloc(g, &g->pos, NM * sizeof(int64_t), err);
   if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
-  if (!st) { // one pinned block for the staging buffers
-    size_t hb = NM * 4 * 2 + NM * RT_MAXSTEPS * 4 + NM * 8 * 2 + (size_t)(NM * H) * 4;
-    char *p = nullptr;
-    if (cudaMallocHost((void **)&p, hb) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMallocHost failed");
-    else {
-      g->h_tok = (int *)p, g->h_seq = g->h_tok + NM, g->h_rec = g->h_seq + NM;
-      g->h_pos = (int64_t *)(g->h_rec + NM * RT_MAXSTEPS), g->h_best = (unsigned long long *)(g->h_pos + NM);
-      g->h_hid = (float *)(g->h_best + NM);
-    }
+  static_assert(ST_SEQ >= ST_TOK + RT_NMAX * 4 && ST_POS >= ST_SEQ + RT_NMAX * 4 &&
+                    ST_STEP >= ST_POS + RT_NMAX * 8 && ST_HID >= ST_STEP + 4 && ST_HID % 16 == 0,
+                "staging layout");
+  const size_t sb = ST_HID + (size_t)(NM * H) * 4;
+  if (!st) st = dalloc(g, &g->stage_d, sb, err);
+  if (!st && cudaMemset(g->stage_d, 0, sb) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
+  if (!st && (cudaMallocHost((void **)&g->stage_h, sb) != cudaSuccess ||
+              cudaMallocHost((void **)&g->h_rec, NM * RT_MAXSTEPS * 4 + NM * 8) != cudaSuccess))
+    st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMallocHost failed");
+  if (!st) {
+    memset(g->stage_h, 0, sb); // the step counter stays 0: each draft call's copy resets it
+    g->tok = (int *)(g->stage_d + ST_TOK), g->seqa = (int *)(g->stage_d + ST_SEQ);
+    g->pos = (int64_t *)(g->stage_d + ST_POS), g->stepc = (int *)(g->stage_d + ST_STEP);
+    g->out = (float *)(g->stage_d + ST_HID);
+    g->h_tok = (int *)(g->stage_h + ST_TOK), g->h_seq = (int *)(g->stage_h + ST_SEQ);
+    g->h_pos = (int64_t *)(g->stage_h + ST_POS), g->h_hid = (float *)(g->stage_h + ST_HID);
+    g->h_best = (unsigned long long *)(g->h_rec + NM * RT_MAXSTEPS);
   }
+  if (!st && (cudaEventCreate(&g->t0) != cudaSuccess || cudaEventCreate(&g->t1) != cudaSuccess))
+    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create CUDA events");
   if (st) {
     mtpq__cuda_session_close(g);
     return st;
@@ -840,13 +859,10 @@ static enum mtpq_status run(gpu_session *g, int n, bool chain, struct mtpq_err *
   return MTPQ_OK;
 }
 
-// token ids, positions, sequences and hidden states of n slots to the device
+// token ids, sequences, positions, the step counter (0) and hidden states
+// of n slots to the device: one copy of the staging block's first bytes
 static enum mtpq_status stage(gpu_session *g, int n, struct mtpq_err *err) {
-  const int64_t H = g->d->H;
-  CK(cudaMemcpyAsync(g->tok, g->h_tok, n * sizeof(int), cudaMemcpyHostToDevice, g->st));
-  CK(cudaMemcpyAsync(g->seqa, g->h_seq, n * sizeof(int), cudaMemcpyHostToDevice, g->st));
-  CK(cudaMemcpyAsync(g->pos, g->h_pos, n * sizeof(int64_t), cudaMemcpyHostToDevice, g->st));
-  CK(cudaMemcpyAsync(g->out, g->h_hid, (size_t)(n * H) * 4, cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemcpyAsync(g->stage_d, g->stage_h, ST_HID + (size_t)(n * g->d->H) * 4, cudaMemcpyHostToDevice, g->st));
   return MTPQ_OK;
 }
 
@@ -945,13 +961,14 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   enum mtpq_status st = ensure(g, n, true, err);
   if (!st) st = stage(g, n, err);
   if (st) return st;
-  CK(cudaMemsetAsync(g->stepc, 0, sizeof(int), g->st));
   // MTPQ_CUDA_PROFILE_CALL=N: the Nth draft call of the process is the
   // profiler's range (ncu --profile-from-start off), to time its kernels alone
   static int calls = 0;
   const bool ranged = g->profile_call > 0 && g->profile_call == ++calls;
   if (ranged) cudaProfilerStart();
+  CK(cudaEventRecord(g->t0, g->st));
   for (int s = 0; s < steps && !st; s++) st = run(g, n, true, err);
+  CK(cudaEventRecord(g->t1, g->st));
   if (ranged) {
     cudaStreamSynchronize(g->st);
     cudaProfilerStop();
@@ -960,8 +977,12 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   CK(cudaMemcpyAsync(g->h_rec, g->rec, (size_t)(steps * n) * sizeof(int), cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
   memcpy(out_tokens, g->h_rec, (size_t)(steps * n) * sizeof(int32_t));
+  float ms = 0;
+  g->draft_us = cudaEventElapsedTime(&ms, g->t0, g->t1) == cudaSuccess ? ms * 1e3 : -1;
   return MTPQ_OK;
 }
+
+extern "C" double mtpq__cuda_draft_device_us(void *p) { return static_cast<gpu_session *>(p)->draft_us; }
 
 extern "C" int mtpq__cuda_profile(void *p, int n, const char **names, double *us, int max, struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);

@@ -16,6 +16,9 @@ void mtpq__cuda_select(void *g, int seq);
 int mtpq__cuda_profile(void *g, int n, const char **names, double *us, int max, struct mtpq_err *err);
 enum mtpq_status mtpq__cuda_draft(void *g, int n, const int32_t *tokens, const float *hidden,
                                   const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err);
+/* the last draft call's device time, its first step's start to its last
+ * step's end, in microseconds (-1: none yet) */
+double mtpq__cuda_draft_device_us(void *g);
 void mtpq__cuda_session_close(void *g);
 enum mtpq_status mtpq__cuda_step(void *g, int n, const int32_t *tokens, const void *hidden, int hidden_bf16,
                                  const int64_t *positions, float *out_hidden, struct mtpq_err *err);

@@ -22,15 +22,15 @@ dev_fixture() { # BUILD: gen_fixture's 80B shape (--nvfp4-target) and its drafte
 }
 
 # BUILD LABEL [VAR=VALUE...]: bench-step of the stock and mtpq drafters at
-# ${CTX:-4096}, batch ${BATCH:-1}, ${ITERS:-40} calls (--profile when
+# ${CTX:-4096}, batch ${BATCH:-1}, ${ITERS:-40} calls of ${K:-3} steps (--profile when
 # ROW_PROFILE is set), log in $OUT/row-LABEL.txt; prints LABEL and each
-# drafter's us/step
+# drafter's us/step (a call / k) and dev us (its steps' device time / k)
 dev_row() {
   local b=$1 label=$2
   shift 2
   env "$@" timeout 90 "$b"/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context "${CTX:-4096}" \
-    --iters "${ITERS:-40}" ${BATCH:+--batch $BATCH} ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
-  printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us  ", $1, $(NF-7)}')"
+    --iters "${ITERS:-40}" ${BATCH:+--batch $BATCH} ${K:+-k $K} ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
+  printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us (dev %s)  ", $1, $(NF-9), $(NF-1)}')"
 }
 
 # BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K, batch 1 (or

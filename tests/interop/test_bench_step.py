@@ -74,6 +74,8 @@ for (ctx, b), r in zip(want_rows, rows):
     check(abs(mb - expect(ctx, b) / 1e6) < 0.006, f"context {ctx} batch {b}: {mb} MB read, "
           f"expected {expect(ctx, b) / 1e6:.4f}")
     check(us > 0 and abs(dps - b / (us / 1e6)) <= 1 + 1e-3 * dps, f"context {ctx}: {us} us, {dps} drafts/s")
+    # the device-time columns: none on the CPU backend
+    check(r[13:] == ["-", "-"], f"context {ctx} batch {b}: device columns {r[13:]}, expected '-' '-' on the CPU")
 est = [l for l in p.stdout.splitlines() if "est. decode" in l]
 check(len(est) == 4, f"expected 4 estimate lines: {p.stdout}")
 for l, r in zip(est, rows):
