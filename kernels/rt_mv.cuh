@@ -32,7 +32,6 @@
 #define RT_KST 64   // stride of the per-token routing arrays
 #define RT_MV_LATE_TRIGGER 1 // k_mv's flags (see k_mv)
 #define RT_MV_SEL_EARLY 2
-#define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
 
 struct dlin {
   int f; // LIN_BF16 / LIN_FP8 / LIN_NVFP4
@@ -58,8 +57,6 @@ struct mv_task {
   unsigned long long *best;   // argmax keys per token (the head), or NULL
   float *logits;              // with best: the logits too, or NULL
   int glu;                    // rows are (gate, up) pairs: y[j * ys + r / 2] = silu(gate) * up (even R)
-  const float *nw;            // non-NULL: x is the raw input of a norm with weights 1 + nw and epsilon eps,
-  float eps;                  // applied in the product (k_mv's NRM; one term)
   mv_term t[RT_TMAX];
 };
 
@@ -193,40 +190,6 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
   }
 }
 
-// 1 / rms of x[0..n) exactly as k_norm's block of 256 threads computes it
-// (rt_zcnorm: thread t sums x[t + 256 q]^2 over q in order, a butterfly per
-// warp, then one over the 8 warps' lane-0 sums), by one warp: lane l plays
-// threads l + 32 w, the 8 butterflies interleaved. The same bits as k_norm's
-// r, so a product that normalises its x with it computes what it did from
-// k_norm's output (n <= 256 * RT_NQ; every lane gets r).
-__device__ __forceinline__ float rt_warp_norm_r(const float *x, int n, float eps, int lane) {
-  float s[8];
-#pragma unroll
-  for (int w = 0; w < 8; w++) s[w] = 0.0f;
-  for (int q = 0; q < RT_NQ && 256 * q < n; q++) { // (beyond n k_norm adds 0 * 0: the same sums)
-    float v[8];
-#pragma unroll
-    for (int w = 0; w < 8; w++) {
-      const int i = lane + 32 * w + 256 * q;
-      v[w] = i < n ? __ldg(x + i) : 0.0f;
-    }
-#pragma unroll
-    for (int w = 0; w < 8; w++) s[w] += v[w] * v[w];
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int w = 0; w < 8; w++) s[w] = s[w] + __shfl_xor_sync(0xFFFFFFFFu, s[w], o);
-  float t = 0.0f;
-#pragma unroll
-  for (int w = 0; w < 8; w++) {
-    const float lw = __shfl_sync(0xFFFFFFFFu, s[w], 0); // warp w's sum as its lane 0 holds it
-    if (lane == w) t = lw;
-  }
-  for (int o = 16; o > 0; o >>= 1) t = t + __shfl_xor_sync(0xFFFFFFFFu, t, o);
-  return rsqrtf(__shfl_sync(0xFFFFFFFFu, t, 0) / n + eps);
-}
-
 // The terms of a row set (all of one format F and one shape): the lane's
 // chunks are (term, band, row) triples, term then band major, issued UU at
 // a time so that UU loads are in flight per lane before any is used (BF16
@@ -239,18 +202,11 @@ __device__ __forceinline__ float rt_warp_norm_r(const float *x, int n, float eps
 //
 // S > 1 (split over K): the warp takes groups part, part + S, ... of the
 // row set's (term, band) groups; k_mv adds the S warps' sums.
-//
-// NRM (one term, S == 1): x is the raw input of a norm with weights 1 + nw:
-// after its wait the warp computes each token's 1 / rms (rt_warp_norm_r)
-// and uses x * r * (1 + nw), k_norm's arithmetic, so the kernel before
-// (k_norm) is not needed.
-template <int F, int NB, int R, int U, int S = 1, bool NRM = false>
+template <int F, int NB, int R, int U, int S = 1>
 __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const float *Wt2, const mv_term *tm,
                                          int nterm, int64_t r0,
                                          int64_t rows, int64_t xs, int nb, int lane,
-                                         float (&acc)[R][NB], int part = 0, const float *nw = nullptr,
-                                         float eps = 0.0f) {
-  static_assert(!NRM || S == 1, "a normalised x: one warp a row set");
+                                         float (&acc)[R][NB], int part = 0) {
   constexpr int UU = F == 0 ? (U / 2 >= R ? U / 2 : R) : U;
   static_assert(UU % R == 0, "a batch holds whole bands");
   constexpr int B2 = F == 0 ? 4 : F == 1 ? 2 : 1; // bytes per weight, times 2
@@ -271,7 +227,6 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
   // the warp's groups: all (S == 1), or every S-th from part
   const int ngw = S == 1 ? ng : ng > part ? (ng - part + S - 1) / S : 0;
   int k0 = S == 1 ? 0 : part / lb, b0 = S == 1 ? 0 : part % lb; // the batch's first (term, band)
-  float rn[NB]; // NRM: each token's 1 / rms, once the wait is over
   for (int g0 = 0; g0 < ngw; g0 += UU / R) {
     uint4 raw[UU][F == 0 ? 2 : 1];
     uint8_t sb[UU];
@@ -299,12 +254,6 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
     // once waited (and routed tasks waited in k_mv already, but for
     // RT_MV_SEL_EARLY ones)
     if (g0 == 0) rt_wait();
-    if constexpr (NRM) {
-      if (g0 == 0) {
-#pragma unroll
-        for (int j = 0; j < NB; j++) rn[j] = j < nb ? rt_warp_norm_r(tm[0].x + j * xs, cols, eps, lane) : 0.0f;
-      }
-    }
 #pragma unroll
     for (int v = 0; v < UU / R; v++) {
       const int k = kv[v], c0 = bv[v] * 512 + lane * 16;
@@ -316,12 +265,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
         const float4 *p = reinterpret_cast<const float4 *>(tm[k].x + j * xs + c0);
 #pragma unroll
         for (int e4 = 0; e4 < 4; e4++) {
-          float4 x = __ldg(p + e4);
-          if constexpr (NRM) { // k_norm's y = x * r * (1 + w), in its order
-            const float4 w4 = __ldg(reinterpret_cast<const float4 *>(nw + c0) + e4);
-            x.x = x.x * rn[j] * (1.0f + w4.x), x.y = x.y * rn[j] * (1.0f + w4.y);
-            x.z = x.z * rn[j] * (1.0f + w4.z), x.w = x.w * rn[j] * (1.0f + w4.w);
-          }
+          const float4 x = __ldg(p + e4);
           xv[j][4 * e4] = x.x, xv[j][4 * e4 + 1] = x.y, xv[j][4 * e4 + 2] = x.z, xv[j][4 * e4 + 3] = x.w;
         }
       }
@@ -371,14 +315,10 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // hold an earlier step's), so its routed weights are requested before the
 // wait as a dense task's are. H200, 4K batch 1: 140.4 -> 137.6 us a step
 // (32K: 205.1 -> 203.0; tests/bench/RESULTS.md, tenth round).
-//
-// NRM: the task's x is normalised in the product (rt_terms; task nw, eps):
-// q/k/v at one token on 5 rows a warp, without the input norm's kernel.
-template <int NB, int R, int U, int FMT, int S = 1, bool NRM = false>
+template <int NB, int R, int U, int FMT, int S = 1>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
     k_mv(const dlin *tab, const mv_task *tasks, const int *sel, int fl) {
   static_assert(S == 1 || (FMT != 3 && 8 % S == 0 && R % S == 0), "split rows: one format, S | R");
-  static_assert(!NRM || (S == 1 && FMT < 2), "a normalised x: FP8 or BF16, one warp a row set");
   constexpr int WB = 8 / S; // row sets a block
   __shared__ float red[S > 1 ? 8 : 1][R][NB];
   __shared__ mv_task T;
@@ -415,9 +355,6 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
   }
   if (tid < 8 * NB) bbest[tid / NB][tid % NB] = 0;
   __syncthreads();
-  if constexpr (NRM) // the norm's weights are constant: into L1 before the wait (a line a thread)
-    for (int64_t c = (int64_t)tid * 32; c < Ls[0].cols; c += 256 * 32)
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(T.nw + c));
   const int64_t rows = Ls[0].rows;
   const int nb = T.nb, nterm = T.nterm;
   unsigned long long mybest[NB];
@@ -431,7 +368,7 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
 #pragma unroll
       for (int j = 0; j < NB; j++) acc[i][j] = 0.0f;
     if constexpr (FMT != 3) {
-      rt_terms<FMT, NB, R, U, S, NRM>(Ls, Wt, Wt2, T.t, nterm, r0, rows, T.xs, nb, lane, acc, part, T.nw, T.eps);
+      rt_terms<FMT, NB, R, U, S>(Ls, Wt, Wt2, T.t, nterm, r0, rows, T.xs, nb, lane, acc, part);
     } else {
       for (int k = 0; k < nterm; k++) {
         if (Ls[k].f == 1) rt_terms<1, NB, R, U>(Ls + k, Wt + k, Wt2 + k, T.t + k, 1, r0, rows, T.xs, nb, lane, acc);

@@ -50,6 +50,7 @@ __device__ float rt_block_max(float v) { // blockDim.x == 256
   return rt_block_reduce(v, 0, 8, sh);
 }
 
+#define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
 
 // w1[q] = 1 + w[tid + 256 q]: a norm's weights, constant, so its kernel
 // loads them before waiting for the kernel before (one memory latency less

@@ -66,7 +66,6 @@ struct mv_launch {
   int groups = 0;                     // the fewest (term, 512-column band) groups of a task's row
   int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
   int fl = 0;                 // k_mv's RT_MV_* flags
-  bool nrm = false;           // the tasks' x normalised in the product (k_mv NRM: q/k/v without k_norm)
   std::vector<int64_t> trows; // rows of each task
 };
 
@@ -86,7 +85,6 @@ struct gpu_session {
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
-  int fold;               // q/k/v normalise their input at one token, no k_norm (MTPQ_CUDA_FOLD 0: not, 2: any shape)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
@@ -278,7 +276,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->early = env_on("MTPQ_CUDA_EARLY");
-  g->fold = env_int("MTPQ_CUDA_FOLD", 1);
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
@@ -449,21 +446,6 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   return MTPQ_OK;
 }
 
-static int64_t mv_blocks(const mv_launch &m, int R);
-
-// q/k/v normalise their own input (k_mv NRM) where launch_mv would run them
-// at one token on 5 rows a warp (the 80B shape's 9,216 rows in one wave):
-// one kernel less on the step's critical path, the same bits (rt_warp_norm_r).
-// MTPQ_CUDA_FOLD=2 folds at one token whatever the shape (the gpu tests:
-// the same bits as MTPQ_CUDA_FOLD=0 on every random shape)
-static bool qkv_fold(const gpu_session *g, const mv_launch &m) {
-  const int64_t wave = (int64_t)g->sms * 2;
-  const bool can = g->fast && m.nbmax == 1 && (m.fmt == 0 || m.fmt == 1) && !m.best && !m.glu &&
-                   m.cols <= 256 * RT_NQ;
-  return can && (g->fold == 2 || (g->fold == 1 && g->r5 && mv_blocks(m, 1) > wave && mv_blocks(m, 4) > wave &&
-                                  mv_blocks(m, 5) <= wave));
-}
-
 static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
   plan &p = g->plans[n];
   const struct mtpq_drafter *d = g->d;
@@ -473,13 +455,6 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   if (!st)
     st = put_tasks(g, {dense_task(L_Q, g->a, H, g->qg, QG, n), dense_task(L_K, g->a, H, g->kk, KV, n),
                        dense_task(L_V, g->a, H, g->vv, KV, n)}, &p.qkv, err);
-  if (!st && qkv_fold(g, p.qkv)) { // the same tasks on the raw input, normalised in the product
-    std::vector<mv_task> v = {dense_task(L_Q, g->x0, H, g->qg, QG, n), dense_task(L_K, g->x0, H, g->kk, KV, n),
-                              dense_task(L_V, g->x0, H, g->vv, KV, n)};
-    for (mv_task &t : v) t.nw = g->nrm[2], t.eps = d->eps;
-    CK(cudaMemcpy(p.qkv.dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
-    p.qkv.nrm = true;
-  }
   if (!st) st = put_tasks(g, {dense_task(L_O, g->att, d->Nq * d->D, g->y, H, n)}, &p.o, err);
   // the routed experts (one format) and the shared expert (often another)
   // run as separate launches so that each kernel is single-format; the
@@ -548,13 +523,12 @@ template <typename K> static int resident(K kernel) {
   return (sms > 0 ? sms : 132) * (per > 0 ? per : 1);
 }
 
-template <int NB, int R, int U, int F, int S = 1, bool NRM = false>
-static void mv_run(gpu_session *g, const mv_launch &m) {
+template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session *g, const mv_launch &m) {
   static int cap = 0; // per instantiation
-  if (!cap) cap = resident(k_mv<NB, R, U, F, S, NRM>);
+  if (!cap) cap = resident(k_mv<NB, R, U, F, S>);
   int64_t bx = (m.rows + 8 / S * R - 1) / (8 / S * R);
   dim3 grid((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
-  go(g, true, k_mv<NB, R, U, F, S, NRM>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
+  go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
      (const int *)g->sel, m.fl);
 }
 
@@ -752,10 +726,6 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   }
   switch (NB) {
   case 1: {
-    if (m.nrm) { // (build_plan chose it where the rule below gives 5 rows per warp: qkv_fold)
-      m.fmt == 1 ? mv_run<1, 5, 10, 1, 1, true>(g, m) : mv_run<1, 5, 10, 0, 1, true>(g, m);
-      break;
-    }
     int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : g->r5 && mv_blocks(m, 5) <= wave ? 5 : 8;
     // MTPQ_CUDA_FP4R for NVFP4: 1 caps every choice, 4 (the default) the wave rule's 8
     if (m.fmt == 2 && ((g->fp4r == 1 && r > 1) || (g->fp4r == 4 && r == 8))) r = g->fp4r;
@@ -787,10 +757,8 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "embed+norms");
   launch_mv(g, p.fc);
   mark(g, "fc");
-  if (!p.qkv.nrm) {
-    go(g, true, k_norm, dim3(n), dim3(256), 0, (const float *)g->x0, (const float *)g->nrm[2], H, d->eps, g->a);
-    mark(g, "input norm");
-  }
+  go(g, true, k_norm, dim3(n), dim3(256), 0, (const float *)g->x0, (const float *)g->nrm[2], H, d->eps, g->a);
+  mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
   go(g, true, G == 8 && D == 256 ? k_attn<8, 256> : k_attn<0, 0>, dim3(g->nsplit, Nkv, n), dim3(256),

@@ -10,9 +10,7 @@
  * 2, 3 and 5 sequences with different contexts (launches of 2, 4 and 8
  * tokens), then of one of them alone (the head at one token; the three
  * largest heads also with MTPQ_CUDA_HEAD_MMA=0, the FFMA heads), giving the
- * CPU's tokens; one of them once more at contexts over 8K. On each random
- * shape, q/k/v normalising their own input at one token (MTPQ_CUDA_FOLD=2)
- * gives the bits of the separate input norm (MTPQ_CUDA_FOLD=0).
+ * CPU's tokens; one of them once more at contexts over 8K.
  * MTPQ_GPU_SHAPES=0,4,7 (say) runs only those random shapes and leaves out
  * the 8K case ("long" names it): a short check of one kernel on the GPU
  * machine, whose calls are limited to 10 minutes.
@@ -173,63 +171,11 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   mtpq_drafter_close(d);
 }
 
-/* MTPQ_CUDA_FOLD=2 (q/k/v normalise their own input at one token, whatever
- * the shape) against MTPQ_CUDA_FOLD=0 (k_norm, then q/k/v): the same prefill,
- * then one-slot steps and a one-sequence draft, equal bit for bit (the fold
- * reproduces k_norm's sums in their order) */
-static void compare_fold(const char *target, const char *drafter, int64_t ctx0) {
-  struct mtpq_err err = {0};
-  struct mtpq_drafter *d = NULL;
-  ck_assert_msg(mtpq_drafter_open(target, drafter, &d, &err) == MTPQ_OK, "%s", err.msg);
-  const int64_t H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
-  enum { PRE = 40, ONE = 4 };
-  struct mtpq_session *s[2] = {NULL, NULL};
-  const char *old = getenv("MTPQ_CUDA_FOLD");
-  char saved[32] = "";
-  if (old) snprintf(saved, sizeof saved, "%s", old);
-  static const char *const modes[2] = {"0", "2"};
-  for (int k = 0; k < 2; k++) { /* the switch is read when a session opens */
-    setenv("MTPQ_CUDA_FOLD", modes[k], 1);
-    ck_assert_msg(mtpq_session_open_batch(d, MTPQ_BACKEND_CUDA, ctx0 + 2 * ONE + 1, 0, 1, &s[k], &err) == MTPQ_OK,
-                  "%s", err.msg);
-  }
-  if (old) setenv("MTPQ_CUDA_FOLD", saved, 1);
-  else unsetenv("MTPQ_CUDA_FOLD");
-  float *h = malloc((size_t)(PRE * H) * 4), *o[2] = {malloc((size_t)(PRE * H) * 4), malloc((size_t)(PRE * H) * 4)};
-  int32_t tok[PRE];
-  int64_t pos[PRE];
-  uint64_t r = 0x2545F4914F6CDD1Dull;
-  int same = 0, all = 0;
-  for (int64_t p0 = 0; p0 < ctx0 + ONE;) { /* the prefill, then ONE one-slot steps */
-    const int n = p0 >= ctx0 ? 1 : (int)(ctx0 - p0 < PRE ? ctx0 - p0 : PRE);
-    for (int i = 0; i < n; i++) {
-      r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-      tok[i] = (int32_t)(r % (uint64_t)V), pos[i] = p0 + i;
-      for (int64_t j = 0; j < H; j++) r ^= r << 13, r ^= r >> 7, r ^= r << 17, h[i * H + j] = (float)((r >> 40) % 2001) / 1000.0f - 1.0f;
-    }
-    for (int k = 0; k < 2; k++) ck_assert_msg(mtpq_session_step(s[k], n, tok, h, 0, pos, o[k], &err) == MTPQ_OK, "%s", err.msg);
-    if (p0 >= ctx0) same += !memcmp(o[0], o[1], (size_t)H * 4), all++;
-    p0 += n;
-  }
-  int32_t dr[2][ONE];
-  const int64_t at = ctx0 + ONE;
-  for (int k = 0; k < 2; k++) ck_assert_msg(mtpq_session_draft(s[k], 1, tok, h, &at, ONE, dr[k], &err) == MTPQ_OK, "%s", err.msg);
-  printf("%s: one-slot steps with q/k/v normalising their input %d/%d bit-identical to k_norm's; drafts %s\n",
-         drafter ? drafter : target, same, all, memcmp(dr[0], dr[1], sizeof dr[0]) ? "differ" : "equal");
-  ck_assert_int_eq(same, all);
-  ck_assert_int_ge(all, ONE);
-  ck_assert(!memcmp(dr[0], dr[1], sizeof dr[0]));
-  free(h), free(o[0]), free(o[1]);
-  mtpq_session_close(s[0]), mtpq_session_close(s[1]);
-  mtpq_drafter_close(d);
-}
-
 /* compare_random with the default heads (k_head_mma at 1..8 tokens where
  * it applies: cols % 64 == 0), then with MTPQ_CUDA_HEAD_MMA=0 when
  * also_ffma (the head on k_mv's FFMA path at every token count) */
 static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_ffma) {
   compare_random(target, drafter, ctx0);
-  compare_fold(target, drafter, ctx0);
   if (also_ffma) {
     setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
     compare_random(target, drafter, ctx0);
