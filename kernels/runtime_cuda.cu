@@ -85,6 +85,8 @@ struct gpu_session {
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
+  uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
+  int launch_i;           // the step's launches so far (enqueue_step resets it)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
@@ -135,8 +137,13 @@ static void mark(gpu_session *g, const char *name) {
 
 // Launch on the session's stream; with pdl (and the session's switch on) the
 // kernel may start while the one before it finishes (it waits in rt_wait).
+// MTPQ_CUDA_PLAIN=i,j,...: the step's launches i, j, ... (counted from 0,
+// k_prep, in enqueue_step's order, the shared expert's included) without
+// it, to time what the overlap gains or costs launch by launch.
 template <typename... KA, typename... A>
 static void go(gpu_session *g, bool pdl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem, A... args) {
+  if (g->launch_i < 64 && (g->plain >> g->launch_i & 1)) pdl = false;
+  g->launch_i++;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -276,6 +283,15 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->early = env_on("MTPQ_CUDA_EARLY");
+  g->plain = 0;
+  if (const char *pl = getenv("MTPQ_CUDA_PLAIN"))
+    for (const char *c = pl; *c;) {
+      char *e = nullptr;
+      const long i = strtol(c, &e, 10);
+      if (e == c) break;
+      if (i >= 0 && i < 64) g->plain |= (uint64_t)1 << i;
+      c = *e == ',' ? e + 1 : e;
+    }
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
@@ -750,6 +766,7 @@ static void enqueue_step(gpu_session *g, int n) {
   const int64_t KV = (int64_t)Nkv * D;
   mark(g, "start");
   g->on = g->st;
+  g->launch_i = 0;
   go(g, false, k_prep, dim3(g->prefetch ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0, (const uint8_t *)g->embed,
      (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0], (const float *)g->nrm[1], d->eps, g->c,
      g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0, (const float *)g->kc,
