@@ -78,14 +78,8 @@ __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
 // At NB == 1 the row sums come from the accumulators by one shuffle; above,
 // each warp stages its tile's 16 x 8 NT sums in shared memory and lane
 // (half, row) adds token (half + 2 i)'s three pieces.
-// Tiles: warp w of block b takes tile 8 b + w first (its first weights are
-// requested before the wait), then, with ctr (zeroed before the launch),
-// the next tile not yet taken (one atomicAdd a tile, issued a tile ahead),
-// so that warps whose loads are served faster take more tiles and the
-// launch ends when its bytes are read, not when its slowest share is;
-// without ctr every 8 x grid-th tile (a fixed share).
 template <int F, int NB>
-__global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel, int *ctr) {
+__global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int U = F == 1 ? 4 : 2;  // bands of loads in flight: 8 x 16 bytes per lane, as k_mv's head
   constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
@@ -144,10 +138,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   unsigned long long mybest[PL];
 #pragma unroll
   for (int i = 0; i < PL; i++) mybest[i] = 0;
-  const int64_t first = (int64_t)gridDim.x * 8; // tiles taken before any from ctr
-  for (int64_t next; tile < ntile; tile = next) {
-    int taken = 0; // (lane 0) the index of the next tile from ctr, read at the end of this one
-    if (ctr && lane == 0) taken = atomicAdd(ctr, 1);
+  for (; tile < ntile; tile += (int64_t)gridDim.x * 8) {
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -226,8 +217,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
       }
       __syncwarp(); // stage read before the next tile writes it
     }
-    next = ctr ? first + __shfl_sync(0xFFFFFFFFu, taken, 0) : tile + first;
-    if (next < ntile) load(next, 0);
+    if (tile + (int64_t)gridDim.x * 8 < ntile) load(tile + (int64_t)gridDim.x * 8, 0);
   }
   // each token's largest key: over the lanes holding it (NB == 1: all 32;
   // above: the 16 of one half), the warps, then the launch

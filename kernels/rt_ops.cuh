@@ -112,7 +112,7 @@ __device__ void rt_prefetch_regions(const pf_region *reg, int nreg, int64_t gt, 
 }
 
 // Blocks (t, 0) and (t, 1), t < n: c[t] = [norm(embed[tok]), norm(hidden)],
-// and the argmax key and the head's tile counter (hctr) cleared. Every block also starts the step's weight stream: the
+// and the argmax key cleared. Every block also starts the step's weight stream: the
 // dense weights of the layer (reg) and, while it fits in kv_budget bytes, the
 // cached K/V rows each token will attend to, are prefetched into L2 so that
 // the chain of small dependent kernels after this one finds them there
@@ -120,7 +120,7 @@ __device__ void rt_prefetch_regions(const pf_region *reg, int nreg, int64_t gt, 
 __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, int H, const float *ne, const float *nh,
                        float eps, float *c, unsigned long long *best, int n, const pf_region *reg,
                        int nreg, const float *kc, const float *vc, const int64_t *pos, const int *seq, int64_t max_pos,
-                       int64_t KV, int window, int64_t kv_budget, int *hctr) {
+                       int64_t KV, int window, int64_t kv_budget) {
   rt_trigger();
   const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
   rt_prefetch_regions(reg, nreg, gt, stride);
@@ -142,7 +142,6 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
     rt_prefetch_regions(kv, nkv, gt, stride);
   }
   const int t = blockIdx.x;
-  if (t == 0 && blockIdx.y == 0 && threadIdx.x == 0) *hctr = 0;
   if (t >= n) return;
   if (blockIdx.y == 1) { // the two norms in two blocks: neither waits for the other
     rt_zcnorm(hid + (int64_t)t * H, w1, H, eps, c + (int64_t)t * 2 * H + H);

@@ -111,8 +111,6 @@ struct gpu_session {
   float *wsel;
   int64_t *pos;
   unsigned long long *best;
-  int *hctr; // k_head_mma's tile counter (k_prep zeroes it each step; nullptr in the launch: MTPQ_CUDA_HEAD_DYN=0)
-  int hdyn;
   // pinned staging
   int *h_tok, *h_seq, *h_rec;
   int64_t *h_pos;
@@ -285,7 +283,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->early = env_on("MTPQ_CUDA_EARLY");
-  g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
   g->plain = 0;
   if (const char *pl = getenv("MTPQ_CUDA_PLAIN"))
     for (const char *c = pl; *c;) {
@@ -400,8 +397,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (!st) st = dalloc(g, &g->sel, NM * RT_KST * sizeof(int), err);
   if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
   if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
-  if (!st) st = dalloc(g, &g->hctr, sizeof(int), err);
-  if (!st && cudaMemset(g->hctr, 0, sizeof(int)) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
   static_assert(ST_SEQ >= ST_TOK + RT_NMAX * 4 && ST_POS >= ST_SEQ + RT_NMAX * 4 &&
                     ST_STEP >= ST_POS + RT_NMAX * 8 && ST_HID >= ST_STEP + 4 && ST_HID % 16 == 0,
                 "staging layout");
@@ -679,7 +674,7 @@ template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launc
   }
   const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
   go(g, true, k_head_mma<F, NB>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem,
-     (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel, g->hdyn ? g->hctr : nullptr);
+     (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
@@ -775,8 +770,7 @@ static void enqueue_step(gpu_session *g, int n) {
   go(g, false, k_prep, dim3(g->prefetch ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0, (const uint8_t *)g->embed,
      (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0], (const float *)g->nrm[1], d->eps, g->c,
      g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0, (const float *)g->kc,
-     (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV, g->window, g->kv_budget,
-     g->hctr);
+     (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV, g->window, g->kv_budget);
   mark(g, "embed+norms");
   launch_mv(g, p.fc);
   mark(g, "fc");
@@ -943,7 +937,6 @@ extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_
   memcpy(g->h_hid, hidden, (size_t)d->H * 4);
   CK(cudaMemcpyAsync(g->out, g->h_hid, (size_t)d->H * 4, cudaMemcpyHostToDevice, g->st));
   CK(cudaMemsetAsync(g->best, 0, sizeof(unsigned long long), g->st));
-  CK(cudaMemsetAsync(g->hctr, 0, sizeof(int), g->st));
   const int pdl = g->pdl; // after a memset: nothing to overlap
   g->pdl = 0;
   launch_mv(g, logits ? g->plans[1].head_logits : g->plans[1].head);
