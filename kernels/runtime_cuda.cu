@@ -142,8 +142,7 @@ static void mark(gpu_session *g, const char *name) {
 // it, to time what the overlap gains or costs launch by launch.
 template <typename... KA, typename... A>
 static void go(gpu_session *g, bool pdl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem, A... args) {
-  if (g->launch_i < 64 && (g->plain >> g->launch_i & 1)) pdl = false;
-  g->launch_i++;
+  if (g->launch_i < 64 && (g->plain >> g->launch_i++ & 1)) pdl = false;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
