@@ -80,6 +80,7 @@ __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
 // (half, row) adds token (half + 2 i)'s three pieces.
 template <int F, int NB>
 __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
+  RT_TL_START();
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int U = F == 1 ? 4 : 2;  // bands of loads in flight: 8 x 16 bytes per lane, as k_mv's head
   constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
@@ -238,4 +239,5 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
     for (int w = 0; w < 8; w++) mm = bbest[w][tid] > mm ? bbest[w][tid] : mm;
     if (mm) atomicMax(T.best + tid, mm);
   }
+  RT_TL_END();
 }

@@ -27,6 +27,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "kernels/rt_tl.cuh"
+
 #define RT_NMAX 8   // tokens per launch
 #define RT_TMAX 17  // terms per task: up to 16 routed experts + the shared expert
 #define RT_KST 64   // stride of the per-token routing arrays
@@ -76,6 +78,7 @@ __device__ __forceinline__ void rt_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  RT_TL_WAITED();
 }
 
 // A hint: bring [p, p + bytes) into L2 (bytes % 16 == 0, p 16-byte aligned);
@@ -318,6 +321,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 template <int NB, int R, int U, int FMT, int S = 1>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
     k_mv(const dlin *tab, const mv_task *tasks, const int *sel, int fl) {
+  RT_TL_START();
   static_assert(S == 1 || (FMT != 3 && 8 % S == 0 && R % S == 0), "split rows: one format, S | R");
   constexpr int WB = 8 / S; // row sets a block
   __shared__ float red[S > 1 ? 8 : 1][R][NB];
@@ -430,6 +434,7 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
       if (m) atomicMax(T.best + tid, m);
     }
   }
+  RT_TL_END();
 }
 
 // Any shape (cols % 16 != 0 somewhere): warp per row, one element per lane
@@ -442,6 +447,7 @@ __device__ __forceinline__ float rt_elem(const dlin &L, int64_t r, int64_t c) {
 }
 
 __global__ void __launch_bounds__(256) k_mv_any(const dlin *tab, const mv_task *tasks, const int *sel) {
+  RT_TL_START();
   __shared__ mv_task T;
   rt_trigger();
   rt_task_load(tasks + blockIdx.y, T);
@@ -481,4 +487,5 @@ __global__ void __launch_bounds__(256) k_mv_any(const dlin *tab, const mv_task *
       }
     }
   }
+  RT_TL_END();
 }

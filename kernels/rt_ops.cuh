@@ -121,6 +121,7 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
                        float eps, float *c, unsigned long long *best, int n, const pf_region *reg,
                        int nreg, const float *kc, const float *vc, const int64_t *pos, const int *seq, int64_t max_pos,
                        int64_t KV, int window, int64_t kv_budget) {
+  RT_TL_START();
   rt_trigger();
   const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
   rt_prefetch_regions(reg, nreg, gt, stride);
@@ -142,9 +143,10 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
     rt_prefetch_regions(kv, nkv, gt, stride);
   }
   const int t = blockIdx.x;
-  if (t >= n) return;
+  if (t >= n) { RT_TL_END(); return; }
   if (blockIdx.y == 1) { // the two norms in two blocks: neither waits for the other
     rt_zcnorm(hid + (int64_t)t * H, w1, H, eps, c + (int64_t)t * 2 * H + H);
+    RT_TL_END();
     return;
   }
   const uint16_t *e = reinterpret_cast<const uint16_t *>(embed) + (int64_t)tok[t] * H;
@@ -156,14 +158,17 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
   }
   rt_zcnorm_regs(v, w1, H, eps, c + (int64_t)t * 2 * H);
   if (threadIdx.x == 0) best[t] = 0;
+  RT_TL_END();
 }
 
 __global__ void k_norm(const float *x, const float *w, int n, float eps, float *y) {
+  RT_TL_START();
   rt_trigger();
   float w1[RT_NQ];
   rt_norm_w(w, n, w1);
   rt_wait();
   rt_zcnorm(x + (int64_t)blockIdx.x * n, w1, n, eps, y + (int64_t)blockIdx.x * n);
+  RT_TL_END();
 }
 
 #define RT_CS 32 // cached positions per attention block
@@ -251,6 +256,7 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
                                               int window, const float *nq, const float *nk, float eps,
                                               const float *kk, const float *vv, float *kc, float *vc, int nsplit,
                                               float *po, float *pm, float *pl) {
+  RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
   const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, sp = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
@@ -261,7 +267,7 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
   int64_t p0 = (int64_t)sp * RT_CS, p1 = p0 + RT_CS;
   if (p0 < lo) p0 = lo;
   if (p1 > p + 1) p1 = p + 1;
-  if (p0 >= p1) return;
+  if (p0 >= p1) { RT_TL_END(); return; }
   const int n = (int)(p1 - p0), sq_ = seq[t];
   int64_t fresh = p; // the first position of this sequence written by this launch
   for (int u = 0; u < n_tok; u++)
@@ -399,6 +405,7 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
     for (int h = 0; h < 16; h++)
       if (h < G) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
   }
+  RT_TL_END();
 }
 
 // grid (Nq, tokens, ceil(D / 32)), 256 threads, nsplit floats of shared
@@ -411,6 +418,7 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
 __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const float *po, const float *pm,
                                                       const float *pl, int Nq, int D, const int64_t *pos, int window,
                                                       int nsplit, float *att) {
+  RT_TL_START();
   extern __shared__ float wsp[]; // a weight per split
   __shared__ float red[8][32];
   rt_trigger();
@@ -458,10 +466,12 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
     for (int w = 0; w < 8; w++) v += red[w][lane];
     att[((int64_t)t * Nq + h) * D + c] = v / L * (1.0f / (1.0f + expf(-gv)));
   }
+  RT_TL_END();
 }
 
 // y += x0; y2 = norm(y)
 __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, float eps, float *y2) {
+  RT_TL_START();
   rt_trigger();
   float w1[RT_NQ];
   rt_norm_w(w, n, w1);
@@ -475,6 +485,7 @@ __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, flo
     if (i < n) y[o + i] = v[q];
   }
   rt_zcnorm_regs(v, w1, n, eps, y2 + o);
+  RT_TL_END();
 }
 
 // bytes of a matrix's weights (NVFP4: without its block scales)
@@ -499,6 +510,7 @@ __host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
 // then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
                         float *wsel, const dlin *tab, int ex, int prefetch) {
+  RT_TL_START();
   __shared__ int chosen[RT_TMAX];
   __shared__ pf_region reg[6 * RT_TMAX];
   __shared__ float fsh[9];
@@ -559,7 +571,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
       for (int k = 0; k < K; k++) wsel[t * RT_KST + k] /= tot;
     wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
   }
-  if (!prefetch) return;
+  if (!prefetch) { RT_TL_END(); return; }
   __syncthreads();
   for (int i = tid; i < 3 * K; i += nt) { // gate and up of every expert first, then down
     const int k = i % K, w = i / K;
@@ -569,12 +581,14 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   }
   __syncthreads();
   rt_prefetch_regions(reg, 6 * K, (int64_t)blockIdx.x * nt + tid, (int64_t)gridDim.x * nt);
+  RT_TL_END();
 }
 
 // act = silu(g) * u for slots slot0 .. slot0 + nslot - 1 of each of n
 // tokens (S slots a token, len elements of a slot, slot stride st)
 __global__ void k_swiglu(const float *g, const float *u, float *act, int n, int slot0, int nslot, int S, int len,
                          int64_t st) {
+  RT_TL_START();
   rt_trigger();
   rt_wait();
   for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < (int64_t)n * nslot * len;
@@ -582,6 +596,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int n, int 
     const int64_t r = i / len, c = i % len, o = ((r / nslot) * S + slot0 + r % nslot) * st + c;
     act[o] = rt_silu_mul(g[o], u[o]);
   }
+  RT_TL_END();
 }
 
 // out = norm(m + w m2 + r2) (routed experts, shared expert weighted by
@@ -589,6 +604,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int n, int 
 // one block per token
 __global__ void k_final(const float *m, const float *m2, const float *r2, const float *w2, const float *w, int n,
                         float eps, float *out) {
+  RT_TL_START();
   rt_trigger();
   float w1[RT_NQ];
   rt_norm_w(w, n, w1);
@@ -602,12 +618,14 @@ __global__ void k_final(const float *m, const float *m2, const float *r2, const 
     v[q] = i < n ? m[o + i] + sw * m2[o + i] + r2[o + i] : 0.0f;
   }
   rt_zcnorm_regs(v, w1, n, eps, out + o);
+  RT_TL_END();
 }
 
 // after the head: token ids for the next draft step, positions + 1, the
 // drafted ids recorded at rec[step * n + t] (step counted on the device)
 __global__ void k_next(const unsigned long long *best, const int64_t *ids, int *tok, int64_t *pos, int *rec,
                        int *step, int n) {
+  RT_TL_START();
   rt_trigger();
   rt_wait();
   const int t = threadIdx.x;
@@ -621,4 +639,5 @@ __global__ void k_next(const unsigned long long *best, const int64_t *ids, int *
     rec[s * n + t] = id;
   }
   if (t == 0) *step = s + 1;
+  RT_TL_END();
 }

@@ -180,6 +180,45 @@ static enum mtpq_status upload(gpu_session *g, const void *src, size_t n, const 
   return MTPQ_OK;
 }
 
+#ifdef MTPQ_TIMELINE
+// kernels/rt_tl.cuh's records: a buffer for TL_CAP blocks, its count zeroed
+// before each draft call and, after it, the call's records written to the
+// file MTPQ_CUDA_TL_FILE names (CSV; tests/bench/timeline.py reads it)
+#define TL_CAP (1u << 16)
+static enum mtpq_status tl_open(gpu_session *g, struct mtpq_err *err) {
+  rt_tl_rec *buf = nullptr;
+  enum mtpq_status st = dalloc(g, &buf, TL_CAP * sizeof(rt_tl_rec), err);
+  const unsigned cap = TL_CAP;
+  if (!st && (cudaMemcpyToSymbol(rt_tl_buf, &buf, sizeof buf) != cudaSuccess ||
+              cudaMemcpyToSymbol(rt_tl_cap, &cap, sizeof cap) != cudaSuccess))
+    st = mtpq_err_set(err, MTPQ_E_GPU, "timeline: cannot set its buffer");
+  return st;
+}
+
+static void tl_reset(gpu_session *g) {
+  void *n = nullptr;
+  if (cudaGetSymbolAddress(&n, rt_tl_n) == cudaSuccess) cudaMemsetAsync(n, 0, sizeof(unsigned), g->st);
+}
+
+static void tl_write(void) { // after the call's synchronisation
+  const char *path = getenv("MTPQ_CUDA_TL_FILE");
+  unsigned n = 0;
+  rt_tl_rec *buf = nullptr;
+  if (!path || cudaMemcpyFromSymbol(&n, rt_tl_n, sizeof n) != cudaSuccess ||
+      cudaMemcpyFromSymbol(&buf, rt_tl_buf, sizeof buf) != cudaSuccess)
+    return;
+  if (n > TL_CAP) n = TL_CAP;
+  std::vector<rt_tl_rec> r(n);
+  if (n && cudaMemcpy(r.data(), buf, n * sizeof(rt_tl_rec), cudaMemcpyDeviceToHost) != cudaSuccess) return;
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fprintf(f, "grid,block,sm,start,waited,end\n");
+  for (const rt_tl_rec &x : r)
+    fprintf(f, "%llu,%u,%u,%llu,%llu,%llu\n", x.grid, x.block, x.sm, x.t[0], x.t[1], x.t[2]);
+  fclose(f);
+}
+#endif
+
 static enum mtpq_status upload_lin(gpu_session *g, const struct lin *L, dlin *out, struct mtpq_err *err) {
   out->f = L->f, out->rows = L->rows, out->cols = L->cols, out->s = out->s2 = L->s, out->sc = nullptr;
   size_t wb = (size_t)rt_lin_bytes(*out);
@@ -416,6 +455,9 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   }
   if (!st && (cudaEventCreate(&g->t0) != cudaSuccess || cudaEventCreate(&g->t1) != cudaSuccess))
     st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create CUDA events");
+#ifdef MTPQ_TIMELINE
+  if (!st) st = tl_open(g, err);
+#endif
   if (st) {
     mtpq__cuda_session_close(g);
     return st;
@@ -982,6 +1024,9 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   static int calls = 0;
   const bool ranged = g->profile_call > 0 && g->profile_call == ++calls;
   if (ranged) cudaProfilerStart();
+#ifdef MTPQ_TIMELINE
+  tl_reset(g);
+#endif
   CK(cudaEventRecord(g->t0, g->st));
   for (int s = 0; s < steps && !st; s++) st = run(g, n, true, err);
   CK(cudaEventRecord(g->t1, g->st));
@@ -995,6 +1040,9 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   memcpy(out_tokens, g->h_rec, (size_t)(steps * n) * sizeof(int32_t));
   float ms = 0;
   g->draft_us = cudaEventElapsedTime(&ms, g->t0, g->t1) == cudaSuccess ? ms * 1e3 : -1;
+#ifdef MTPQ_TIMELINE
+  tl_write();
+#endif
   return MTPQ_OK;
 }
 
