@@ -34,6 +34,8 @@
 #define RT_KST 64   // stride of the per-token routing arrays
 #define RT_MV_LATE_TRIGGER 1 // k_mv's flags (see k_mv)
 #define RT_MV_SEL_EARLY 2
+#define RT_FLAT 4 // tasks a flat k_mv grid can hold (mv_flat)
+#define RT_MV_FLAT(FMT) ((FMT) == 0 || (FMT) == 1) // the k_mv formats that take a flat grid
 
 struct dlin {
   int f; // LIN_BF16 / LIN_FP8 / LIN_NVFP4
@@ -293,7 +295,19 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
   }
 }
 
-// blockDim 256 (8 warps, each its own R rows); grid (row blocks, tasks).
+// A k_mv grid of one row (fg.n > 0): task t's row blocks are blocks
+// off[t] .. off[t + 1] - 1, so each task has only the blocks its rows need.
+// The grid (row blocks, tasks) covers the largest task for every task: for
+// q/k/v (8,192, 512 and 512 rows at 5 rows a warp, 80B shape) 615 blocks of
+// which 384 have no rows and still take a block's slot, so the v task's
+// blocks became resident only as the first wave left, ~5 us after the others
+// (per-block timeline, tests/bench/RESULTS.md, sixteenth round); flat: 231.
+struct mv_flat {
+  int n;                 // tasks in the flat grid; 0: the (row blocks, tasks) grid
+  int off[RT_FLAT + 1];  // off[n]: the grid's blocks
+};
+
+// blockDim 256 (8 warps, each its own R rows); grid (row blocks, tasks) or flat (fg).
 // Every lin's cols % 16 == 0; the terms of a task share one shape. FMT: the format of every term (0 BF16, 1 FP8,
 // 2 NVFP4), or 3 for a mix chosen per term (the MoE down projection: NVFP4
 // experts + an FP8 shared expert); one format per kernel keeps the register
@@ -320,7 +334,7 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // (32K: 205.1 -> 203.0; tests/bench/RESULTS.md, tenth round).
 template <int NB, int R, int U, int FMT, int S = 1>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
-    k_mv(const dlin *tab, const mv_task *tasks, const int *sel, int fl) {
+    k_mv(const dlin *tab, const mv_task *tasks, const int *sel, int fl, mv_flat fg) {
   RT_TL_START();
   static_assert(S == 1 || (FMT != 3 && 8 % S == 0 && R % S == 0), "split rows: one format, S | R");
   constexpr int WB = 8 / S; // row sets a block
@@ -332,7 +346,20 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const bool early = fl & RT_MV_SEL_EARLY;
   if (!(fl & RT_MV_LATE_TRIGGER)) rt_trigger();
-  rt_task_load(tasks + blockIdx.y, T);
+  // this block's task, its index among the task's row blocks and their count
+  // (unrolled selects: a parameter indexed at run time would go to local
+  // memory); dense FP8/BF16 only: the NVFP4 instances' tasks are of one
+  // shape, and the selects cost them registers (spills in three)
+  int task = (int)blockIdx.y, bx = (int)blockIdx.x, nbx = (int)gridDim.x;
+  if (RT_MV_FLAT(FMT) && fg.n) {
+    int lo = 0, hi = fg.off[1];
+    task = 0;
+#pragma unroll
+    for (int i = 1; i < RT_FLAT; i++)
+      if (i < fg.n && bx >= fg.off[i]) task = i, lo = fg.off[i], hi = fg.off[i + 1];
+    bx -= lo, nbx = hi - lo;
+  }
+  rt_task_load(tasks + task, T);
   __syncthreads();
   // a routed term's weights depend on sel and its weight on the routing, so
   // such tasks wait here (unless early); a dense task's table entry and
@@ -365,7 +392,7 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
 #pragma unroll
   for (int j = 0; j < NB; j++) mybest[j] = 0;
   const int part = warp % S;
-  for (int64_t r0 = ((int64_t)blockIdx.x * WB + warp / S) * R; r0 < rows; r0 += (int64_t)gridDim.x * WB * R) {
+  for (int64_t r0 = ((int64_t)bx * WB + warp / S) * R; r0 < rows; r0 += (int64_t)nbx * WB * R) {
     float acc[R][NB];
 #pragma unroll
     for (int i = 0; i < R; i++)

@@ -81,6 +81,7 @@ struct gpu_session {
   int window, nseq, cur, nsplit, K, fast, graphs;
   int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
   int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
+  int flat;               // MTPQ_CUDA_FLAT=0: no flat k_mv grids (mv_run)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
@@ -318,6 +319,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
+  g->flat = env_on("MTPQ_CUDA_FLAT");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->early = env_on("MTPQ_CUDA_EARLY");
@@ -580,13 +582,23 @@ template <typename K> static int resident(K kernel) {
   return (sms > 0 ? sms : 132) * (per > 0 ? per : 1);
 }
 
+// Tasks of unequal rows that fit one wave at their own block counts run as a
+// flat grid (mv_flat: q/k/v, the router with the shared expert's gate), the
+// rest as (row blocks of the largest task, tasks). MTPQ_CUDA_FLAT=0: never flat.
 template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session *g, const mv_launch &m) {
   static int cap = 0; // per instantiation
   if (!cap) cap = resident(k_mv<NB, R, U, F, S>);
-  int64_t bx = (m.rows + 8 / S * R - 1) / (8 / S * R);
-  dim3 grid((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
+  const int64_t rb = 8 / S * R, bx = (m.rows + rb - 1) / rb;
+  mv_flat fg = {};
+  if (RT_MV_FLAT(F) && g->flat && m.ntask > 1 && m.ntask <= RT_FLAT) {
+    int64_t tot = 0;
+    for (int t = 0; t < m.ntask; t++) fg.off[t] = (int)tot, tot += (m.trows[t] + rb - 1) / rb;
+    fg.off[m.ntask] = (int)tot;
+    fg.n = tot < bx * m.ntask && tot <= cap ? m.ntask : 0;
+  }
+  const dim3 grid = fg.n ? dim3((unsigned)fg.off[fg.n]) : dim3((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
   go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
-     (const int *)g->sel, m.fl);
+     (const int *)g->sel, m.fl, fg);
 }
 
 // One token, one row per warp by the wave rule, plain y (fc, o, the routed
