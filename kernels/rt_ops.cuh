@@ -477,11 +477,19 @@ __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, flo
   rt_norm_w(w, n, w1);
   rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
+  // every load before the first store: with a store between them each load
+  // waited for the one before (y and x0 may alias as far as the compiler
+  // knows), eight L2 round trips in turn; 3.2 -> 2.8-2.9 us after the wait
+  // in the per-block timeline (tests/bench/RESULTS.md, sixteenth round)
   float v[RT_NQ];
 #pragma unroll
   for (int q = 0; q < RT_NQ; q++) {
     const int i = threadIdx.x + 256 * q;
     v[q] = i < n ? y[o + i] + x0[o + i] : 0.0f;
+  }
+#pragma unroll
+  for (int q = 0; q < RT_NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
     if (i < n) y[o + i] = v[q];
   }
   rt_zcnorm_regs(v, w1, n, eps, y2 + o);
@@ -495,23 +503,33 @@ __host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
 
 #define RT_RPT 16 // router logits per thread in k_route (E <= RT_RPT * 256)
 
+// the largest 64-bit key over a warp (every lane gets it): the high words'
+// maximum, then the low words' among the lanes holding that high word
+__device__ __forceinline__ unsigned long long rt_warp_max_key(unsigned long long k) {
+  const unsigned hi = __reduce_max_sync(0xFFFFFFFFu, (unsigned)(k >> 32));
+  const unsigned lo = __reduce_max_sync(0xFFFFFFFFu, (unsigned)(k >> 32) == hi ? (unsigned)k : 0u);
+  return (unsigned long long)hi << 32 | lo;
+}
+
 // grid (blocks, tokens), 32 * ceil(E / 512) threads: softmax over E router
 // logits, top-K (ties to the lower expert), optional renormalisation; slot K
 // gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
 // in registers (at E <= 512 one warp, the order of its sums as before), and
-// each of the K rounds is a register maximum plus one warp (or block)
-// reduction of 64-bit keys: 7.9 us under ncu on the H200, where the serial
-// chain of shared-memory scans it replaces took 8.8 (caching each thread's
-// maximum for the owner of the winner to recompute measured 8.7-8.8;
-// tests/bench/RESULTS.md). The chosen probability comes back out of the key
-// (p >= 0). Every block of a token routes it and prefetches its share of the
-// chosen experts' gate, up and down weights into L2 when asked; block 0
+// each of the K rounds is a maximum of 64-bit keys over the thread's
+// registers and the warp (or block). The routing takes 6.5-7.8 us after its
+// wait in the per-block timeline (512 experts, top 10), and as much with
+// its selection spread over 16 warps, a key a thread (tried; not kept):
+// what holds it is not the selection (tests/bench/RESULTS.md, sixteenth
+// round). The chosen probability comes back out of the key (p >= 0). Every
+// block of a token routes it and prefetches its share of the chosen
+// experts' gate, up and down weights into L2 when asked; block 0
 // writes the choice. tab + ex: the gate weights of the E experts, then up,
 // then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
                         float *wsel, const dlin *tab, int ex, int prefetch) {
   RT_TL_START();
   __shared__ int chosen[RT_TMAX];
+  __shared__ float cval[RT_TMAX];
   __shared__ pf_region reg[6 * RT_TMAX];
   __shared__ float fsh[9];
   __shared__ unsigned long long ksh[8];
@@ -542,13 +560,17 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   float tot = 0;
   const bool w0 = blockIdx.x == 0;
   for (int k = 0; k < K; k++) {
-    unsigned long long best = 0;
+    // the thread's largest key as a tree (a chain of 16 before), then the
+    // warp's as two single-instruction reductions of the key's halves
+    // (rt_warp_max_key; five shuffle steps of two shuffles before)
+    unsigned long long t8[RT_RPT / 2];
 #pragma unroll
-    for (int i = 0; i < RT_RPT; i++) best = key[i] > best ? key[i] : best;
-    for (int o = 16; o > 0; o >>= 1) {
-      const unsigned long long b = __shfl_xor_sync(0xFFFFFFFFu, best, o);
-      best = b > best ? b : best;
-    }
+    for (int i = 0; i < RT_RPT / 2; i++) t8[i] = key[2 * i] > key[2 * i + 1] ? key[2 * i] : key[2 * i + 1];
+#pragma unroll
+    for (int h = RT_RPT / 4; h > 0; h >>= 1)
+#pragma unroll
+      for (int i = 0; i < h; i++) t8[i] = t8[i] > t8[i + h] ? t8[i] : t8[i + h];
+    unsigned long long best = rt_warp_max_key(t8[0]);
     if (nw > 1) {
       __syncthreads();
       if ((tid & 31) == 0) ksh[tid >> 5] = best;
@@ -560,17 +582,19 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
 #pragma unroll
     for (int i = 0; i < RT_RPT; i++)
       if (tid + nt * i == e) key[i] = 0;
-    if (tid == 0) {
-      chosen[k] = e;
-      if (w0) sel[t * RT_KST + k] = e, wsel[t * RT_KST + k] = v;
-    }
+    if (tid == 0) chosen[k] = e, cval[k] = v;
     tot += v;
   }
-  if (tid == 0 && w0) {
-    if (renorm)
-      for (int k = 0; k < K; k++) wsel[t * RT_KST + k] /= tot;
-    wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
+  // the choice written once, K threads in parallel, the same quotients v /
+  // tot (thread 0 wrote each weight and then divided it in place: ten
+  // dependent round trips to L2, though the timeline did not show the
+  // routing faster without them)
+  __syncthreads();
+  if (w0 && tid < K) {
+    sel[t * RT_KST + tid] = chosen[tid];
+    wsel[t * RT_KST + tid] = renorm ? cval[tid] / tot : cval[tid];
   }
+  if (w0 && tid == 0) wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
   if (!prefetch) { RT_TL_END(); return; }
   __syncthreads();
   for (int i = tid; i < 3 * K; i += nt) { // gate and up of every expert first, then down
