@@ -227,7 +227,10 @@ START_TEST(test_random_shapes) {
                                  warps (k_mv S: fc 4 bands, S = 4; o 8 bands, S = 8), q/k/v of 9,216 FP8 rows
                                  at 5 a warp, routed gate/up pairs of 1,024 rows at 6 and the 11,334-row
                                  reduced FP8 head (k_head_mma at one token, k_mv at 2..8) */
-                              {1024, 16, 512, 16, 2, 256, 34000, 1}};
+                              {1024, 16, 512, 16, 2, 256, 34000, 1},
+                              /* the routing past 32 experts (96: 3 a lane of k_route's one warp) and past
+                                 512 (600: two warps, their keys met through shared memory) */
+                              {64, 96, 32, 4, 2, 16, 1000, 1}, {64, 600, 16, 4, 2, 16, 800, 0}};
   int ran = 0;
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
     char dir[700], name[24];
