@@ -15,6 +15,8 @@ if [ ! -f /tmp/deps/.unpacked ]; then
   done
   touch /tmp/deps/.unpacked
 fi
+# MTPQ_DEVICE_ENV_ONLY=1: the environment and the packages only, no build
+if [ "${MTPQ_DEVICE_ENV_ONLY:-0}" = 1 ]; then return 0 2>/dev/null || exit 0; fi
 rm -f build-gpu/CMakeCache.txt  # cached pkg-config paths may be stale
 cmake -S . -B build-gpu -DMTPQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMTPQ_BUILD_TESTS=ON \
   -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_BUILD_RPATH="$D/lib/x86_64-linux-gnu" \

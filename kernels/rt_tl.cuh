@@ -4,8 +4,10 @@
 // of every instrumented kernel takes a record when the block starts
 // (rt_trigger), when its wait for the kernel before returns (rt_wait) and
 // when warp 0 reaches the kernel's end (rt_tl_end): %globaltimer, the launch
-// (%gridid, unique per launch) and the SM. Launches are told apart by grid
-// id and put in order by their first start (tests/bench/timeline.py).
+// (%gridid) and the SM. A step graph's kernel node keeps its grid id from
+// one replay to the next, so tests/bench/timeline.py splits a grid's
+// records into the call's steps by start time. The wait's record reads the
+// record back first (one L2 round trip more after every wait).
 // Included by kernels/rt_mv.cuh only; the host side is in runtime_cuda.cu
 // (MTPQ_CUDA_TL_FILE).
 #pragma once

@@ -2,14 +2,21 @@
 """Summarise a draft call's per-block timeline (a build with
 -DMTPQ_CUDA_TIMELINE=ON, run with MTPQ_CUDA_TL_FILE=FILE; kernels/rt_tl.cuh).
 
-Usage: timeline.py FILE [NAMES]
-NAMES: comma-separated names of one step's launches in enqueue order (for
-the 80B shape at batch 1: tests/bench/device_timeline.sh passes them); the
-launches of a call's steps are named in turn. Prints a line per launch, in
-order of its first block's start: blocks, SMs, and in microseconds from the
-call's first start: first and last block start, first and last return from
-the wait, first and last end (warp 0 of each block), and the spread of the
-ends (last - median), which is where a launch's slowest blocks show.
+Usage: timeline.py FILE [NAMES] [STEPS] [STEP]
+NAMES: comma-separated names of one step's launches in start order, or "-"
+(numbers; tests/bench/device_round.sh). With MTPQ_CUDA_SIDE=0 the start
+order is kernels/runtime_cuda.cu's enqueue order; with the shared expert on
+its own stream (the default) its three launches start beside the router's.
+STEPS: the call's steps (default 3). A step graph's kernel nodes keep their
+grid id from step to step, so each launch's records hold all the call's
+steps; they are split into STEPS equal runs by start time, and step STEP
+(default 1, the middle one of three) is printed: a line per launch with its
+blocks, and in microseconds from that step's first start: the first and last
+block start, the first and last return from the wait, the median and last
+end (warp 0 of each block); "dep" is the first wait's return after the
+launch before's last end (what a kernel boundary cost there), "body" the
+last end after the first wait's return, "slow SMs" the SMs whose blocks
+ended more than 10% of the body after the median.
 """
 import csv
 import statistics
@@ -19,28 +26,41 @@ import sys
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    names = sys.argv[2].split(",") if len(sys.argv) > 2 else []
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] != "-" else []
+    nsteps = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    which = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     by = {}
     with open(sys.argv[1]) as f:
         for r in csv.DictReader(f):
-            by.setdefault(r["grid"], []).append({k: int(v) for k, v in r.items() if k != "grid"})
+            by.setdefault(r["grid"], []).append({k: int(v) for k, v in r.items()})
     if not by:
         sys.exit(f"{sys.argv[1]}: no records")
-    launches = sorted(by.values(), key=lambda b: min(x["start"] for x in b))
-    t0 = min(x["start"] for x in launches[0])
+    steps = []
+    for b in by.values():
+        b.sort(key=lambda x: x["start"])
+        n = len(b) // nsteps
+        if n * nsteps != len(b):
+            sys.exit(f"{sys.argv[1]}: grid {b[0]['grid']} has {len(b)} records, not a multiple of {nsteps} steps")
+        steps.append(b[which * n:(which + 1) * n])
+    steps.sort(key=lambda b: b[0]["start"])
+    t0 = steps[0][0]["start"]
     us = lambda t: (t - t0) / 1e3
-    print(f"{'launch':24s} {'blk':>5s} {'SMs':>4s} {'start':>8s} {'last st':>8s} {'waited':>8s} {'last w':>8s} "
-          f"{'end':>8s} {'last end':>8s} {'tail':>6s}")
-    for i, b in enumerate(launches):
-        name = names[i % len(names)] if names else str(i)
+    print(f"{'launch':14s} {'blk':>5s} {'start':>7s} {'last st':>7s} {'waited':>7s} {'last w':>7s} {'med end':>7s} "
+          f"{'end':>7s} {'dep':>5s} {'body':>6s}  slow SMs")
+    prev = None
+    for i, b in enumerate(steps):
+        name = names[i] if i < len(names) else str(i)
         st = [x["start"] for x in b]
-        wt = [x["waited"] for x in b if x["waited"]]
-        en = [x["end"] for x in b if x["end"]]
-        w = f"{us(min(wt)):8.1f} {us(max(wt)):8.1f}" if wt else f"{'-':>8s} {'-':>8s}"
-        e = (f"{us(min(en)):8.1f} {us(max(en)):8.1f} {(max(en) - statistics.median(en)) / 1e3:6.1f}" if en
-             else f"{'-':>8s} {'-':>8s} {'-':>6s}")
-        print(f"{i:3d} {name:20s} {len(b):5d} {len({x['sm'] for x in b}):4d} {us(min(st)):8.1f} {us(max(st)):8.1f} "
-              f"{w} {e}")
+        wt = [x["waited"] for x in b if x["waited"]] or st
+        en = [x["end"] for x in b if x["end"]] or st
+        body = (max(en) - min(wt)) / 1e3
+        med = statistics.median(en)
+        slow = sorted({x["sm"] for x in b if x["end"] and (x["end"] - med) / 1e3 > 0.1 * body and body > 2})
+        dep = f"{us(min(wt)) - prev:5.1f}" if prev is not None else f"{'-':>5s}"
+        print(f"{i:2d} {name:11s} {len(b):5d} {us(min(st)):7.1f} {us(max(st)):7.1f} {us(min(wt)):7.1f} "
+              f"{us(max(wt)):7.1f} {us(med):7.1f} {us(max(en)):7.1f} {dep} {body:6.1f}  "
+              f"{' '.join(map(str, slow[:16]))}{' ...' if len(slow) > 16 else ''}")
+        prev = us(max(en))
 
 
 if __name__ == "__main__":
