@@ -156,6 +156,7 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
     const int i = threadIdx.x + 256 * q;
     v[q] = i < H ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
   }
+  RT_TL_MID(1, rt_tl_dep(v)); // the embedding row landed
   rt_zcnorm_regs(v, w1, H, eps, c + (int64_t)t * 2 * H);
   if (threadIdx.x == 0) best[t] = 0;
   RT_TL_END();
@@ -487,6 +488,7 @@ __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, flo
     const int i = threadIdx.x + 256 * q;
     v[q] = i < n ? y[o + i] + x0[o + i] : 0.0f;
   }
+  RT_TL_MID(1, rt_tl_dep(v) + rt_tl_dep(w1)); // its inputs and norm weights landed
 #pragma unroll
   for (int q = 0; q < RT_NQ; q++) {
     const int i = threadIdx.x + 256 * q;
@@ -546,6 +548,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     m = fmaxf(m, p[i]);
   }
   m = rt_block_reduce(m, 0, nw, fsh);
+  RT_TL_MID(1, m); // the logits landed, their maximum
   float s = 0;
 #pragma unroll
   for (int i = 0; i < RT_RPT; i++)
@@ -557,6 +560,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     const int e = tid + nt * i;
     key[i] = e < E ? rt_argmax_key(p[i] / s, (uint32_t)e) : 0;
   }
+  RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
   float tot = 0;
   const bool w0 = blockIdx.x == 0;
   for (int k = 0; k < K; k++) {
@@ -641,6 +645,7 @@ __global__ void k_final(const float *m, const float *m2, const float *r2, const 
     const int i = threadIdx.x + 256 * q;
     v[q] = i < n ? m[o + i] + sw * m2[o + i] + r2[o + i] : 0.0f;
   }
+  RT_TL_MID(1, rt_tl_dep(v) + rt_tl_dep(w1)); // its inputs and norm weights landed
   rt_zcnorm_regs(v, w1, n, eps, out + o);
   RT_TL_END();
 }

@@ -213,9 +213,9 @@ static void tl_write(void) { // after the call's synchronisation
   if (n && cudaMemcpy(r.data(), buf, n * sizeof(rt_tl_rec), cudaMemcpyDeviceToHost) != cudaSuccess) return;
   FILE *f = fopen(path, "w");
   if (!f) return;
-  fprintf(f, "grid,block,sm,start,waited,end\n");
+  fprintf(f, "grid,block,sm,start,waited,end,mid1,mid2\n");
   for (const rt_tl_rec &x : r)
-    fprintf(f, "%llu,%u,%u,%llu,%llu,%llu\n", x.grid, x.block, x.sm, x.t[0], x.t[1], x.t[2]);
+    fprintf(f, "%llu,%u,%u,%llu,%llu,%llu,%llu,%llu\n", x.grid, x.block, x.sm, x.t[0], x.t[1], x.t[2], x.t[3], x.t[4]);
   fclose(f);
 }
 #endif

@@ -16,7 +16,9 @@ block start, the first and last return from the wait, the median and last
 end (warp 0 of each block); "dep" is the first wait's return after the
 launch before's last end (what a kernel boundary cost there), "body" the
 last end after the first wait's return, "slow SMs" the SMs whose blocks
-ended more than 10% of the body after the median.
+ended more than 10% of the body after the median; "mid" the median time of
+a kernel's marks within (RT_TL_MID, kernels/rt_tl.cuh) after its block's
+wait, where it has them (files without the mid columns print none).
 """
 import csv
 import statistics
@@ -57,9 +59,14 @@ def main():
         med = statistics.median(en)
         slow = sorted({x["sm"] for x in b if x["end"] and (x["end"] - med) / 1e3 > 0.1 * body and body > 2})
         dep = f"{us(min(wt)) - prev:5.1f}" if prev is not None else f"{'-':>5s}"
+        mids = ""
+        for k in ("mid1", "mid2"):
+            d = [(x[k] - x["waited"]) / 1e3 for x in b if x.get(k) and x["waited"]]
+            if d:
+                mids += f" {k} +{statistics.median(d):.1f}"
         print(f"{i:2d} {name:11s} {len(b):5d} {us(min(st)):7.1f} {us(max(st)):7.1f} {us(min(wt)):7.1f} "
               f"{us(max(wt)):7.1f} {us(med):7.1f} {us(max(en)):7.1f} {dep} {body:6.1f}  "
-              f"{' '.join(map(str, slow[:16]))}{' ...' if len(slow) > 16 else ''}")
+              f"{' '.join(map(str, slow[:16]))}{' ...' if len(slow) > 16 else ''}{mids}")
         prev = us(max(en))
 
 
