@@ -234,10 +234,6 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
       bbest[warp][NB == 1 ? 0 : (lane >> 4) + 2 * i] = mybest[i]; // (token < NB always)
     }
   __syncthreads();
-  if (tid < nb) {
-    unsigned long long mm = 0;
-    for (int w = 0; w < 8; w++) mm = bbest[w][tid] > mm ? bbest[w][tid] : mm;
-    if (mm) atomicMax(T.best + tid, mm);
-  }
+  rt_block_best(bbest, nb, T.best);
   RT_TL_END();
 }

@@ -100,6 +100,18 @@ __device__ __forceinline__ void rt_task_load(const mv_task *src, mv_task &T) {
   for (int i = threadIdx.x; i < (int)(sizeof(mv_task) / 4); i += 256) d[i] = s[i];
 }
 
+// Each of the launch's nb tokens' largest argmax key over the block's 8
+// warps' keys (bb, after a barrier), published with one atomicMax (k_mv's
+// head path and k_head_mma)
+template <int NB>
+__device__ __forceinline__ void rt_block_best(const unsigned long long (&bb)[8][NB], int nb, unsigned long long *best) {
+  const int tid = threadIdx.x;
+  if (tid >= nb) return;
+  unsigned long long m = 0;
+  for (int w = 0; w < 8; w++) m = bb[w][tid] > m ? bb[w][tid] : m;
+  if (m) atomicMax(best + tid, m);
+}
+
 // silu(g) * u, as k_swiglu computes it (the products' gate/up epilogue uses the same)
 __device__ __forceinline__ float rt_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
@@ -455,11 +467,7 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
 #pragma unroll
       for (int j = 0; j < NB; j++) bbest[warp][j] = mybest[j];
     __syncthreads();
-    if (tid < nb) {
-      unsigned long long m = 0;
-      for (int w = 0; w < 8; w++) m = bbest[w][tid] > m ? bbest[w][tid] : m;
-      if (m) atomicMax(T.best + tid, m);
-    }
+    rt_block_best(bbest, nb, T.best);
   }
   RT_TL_END();
 }
