@@ -600,7 +600,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   }
   if (w0 && tid == 0) wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
   if (!prefetch) { RT_TL_END(); return; }
-  __syncthreads();
+  // (chosen is read after the barrier above)
   for (int i = tid; i < 3 * K; i += nt) { // gate and up of every expert first, then down
     const int k = i % K, w = i / K;
     const dlin &L = tab[ex + w * E + chosen[k]];
