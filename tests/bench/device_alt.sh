@@ -19,14 +19,7 @@ ROOT=$PWD
 set +e +o pipefail
 dev_card
 names=()
-for a in alt/*/; do
-  [ -d "$a" ] || continue # no alt/ trees: the working tree's row only
-  name=$(basename "$a") dir=/tmp/alt-$name
-  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$ROOT" --exclude=./build-gpu --exclude=./alt -cf - . | tar -C "$dir" -xf -
-  cp -r "$a". "$dir"/
-  names+=("$name")
-  (cd "$dir" && OUT=$OUT/$name && mkdir -p "$OUT" && . .ci/device-build.sh) > "$OUT/alt-$name-build.txt" 2>&1 &
-done
+dev_alt_builds # (no alt/ trees: the working tree's rows only)
 dev_fixture ./build-gpu
 wait
 built=()

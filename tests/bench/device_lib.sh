@@ -21,6 +21,23 @@ dev_fixture() { # BUILD: gen_fixture's 80B shape (--nvfp4-target) and its drafte
     "$1"/mtpq quantize $T --vocab "${MTPQ_DEVICE_VOCAB:-dv.safetensors}" --out /tmp/q80 --gpu --force | tail -1
 }
 
+# Start a build of each alt/NAME tree (tests/bench/alt_trees.sh) in the
+# background: /tmp/alt-NAME, a copy of this tree (without its builds and
+# alt/) with alt/NAME's files laid over, built by .ci/device-build.sh (log in
+# $OUT/alt-NAME-build.txt); appends NAME to the array names. The caller waits.
+dev_alt_builds() {
+  local a name dir root=$PWD
+  for a in alt/*/; do
+    [ -d "$a" ] || continue # no alt/ trees
+    name=$(basename "$a") dir=/tmp/alt-$name
+    rm -rf "$dir" && mkdir -p "$dir" &&
+      tar -C "$root" --exclude=./build-gpu --exclude=./build-tl --exclude=./alt -cf - . | tar -C "$dir" -xf -
+    cp -r "$a". "$dir"/
+    names+=("$name")
+    (cd "$dir" && OUT=$OUT/$name && mkdir -p "$OUT" && . .ci/device-build.sh) > "$OUT/alt-$name-build.txt" 2>&1 &
+  done
+}
+
 # BUILD LABEL [VAR=VALUE...]: bench-step of the stock and mtpq drafters at
 # ${CTX:-4096}, batch ${BATCH:-1}, ${ITERS:-40} calls of ${K:-3} steps (--profile when
 # ROW_PROFILE is set), log in $OUT/row-LABEL.txt; prints LABEL and each

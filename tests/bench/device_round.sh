@@ -18,7 +18,6 @@ OUT=${OUT:-/tmp/out}
 FIN=$OUT
 OUT=/tmp/round-out
 rm -rf "$OUT" && mkdir -p "$OUT"
-ROOT=$PWD
 {
 MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh || exit 1 # the packages, and D, for the builds below
 unset MTPQ_DEVICE_ENV_ONLY
@@ -26,15 +25,7 @@ set +e
 (. .ci/device-build.sh) > "$OUT/tree-build.txt" 2>&1 &
 . tests/bench/device_lib.sh
 names=()
-for a in alt/*/; do
-  [ -d "$a" ] || continue
-  name=$(basename "$a") dir=/tmp/alt-$name
-  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$ROOT" --exclude=./build-gpu --exclude=./build-tl --exclude=./alt -cf - . |
-    tar -C "$dir" -xf -
-  cp -r "$a". "$dir"/
-  names+=("$name")
-  (cd "$dir" && OUT=$OUT/$name && mkdir -p "$OUT" && . .ci/device-build.sh) > "$OUT/alt-$name-build.txt" 2>&1 &
-done
+dev_alt_builds # (no alt/ trees: the working tree's rows only)
 if [ "${MTPQ_ROUND_TL:-1}" = 1 ]; then
   (cmake -S . -B build-tl -DMTPQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMTPQ_CUDA_TIMELINE=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_BUILD_RPATH="$D/lib/x86_64-linux-gnu" &&
