@@ -239,7 +239,8 @@ START_TEST(test_random_shapes) {
     ran++;
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
     gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
-    const int big_head = k >= 5; /* the three large heads: also with k_head_mma off */
+    /* the three large heads (r5-r7; r8 and r9 after them, small, too): also with k_head_mma off */
+    const int big_head = k >= 5;
     compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, big_head);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
