@@ -2,17 +2,18 @@
 # GPU machine: one call of a tuning round for issue 7. Builds the working
 # tree (build-gpu), each alt/NAME tree (tests/bench/alt_trees.sh) and, with
 # MTPQ_ROUND_TL=1 (the default), the working tree with -DMTPQ_CUDA_TIMELINE=ON
-# (build-tl), all at once; then the gpu runtime tests of the working tree
-# 4K batch-1 rows (dev_row: the tree, each alt tree, each MTPQ_ROW_VARIANTS
-# entry LABEL:VAR=VALUE[,VAR=VALUE...] on the tree, the tree again), with
-# MTPQ_ROUND_TABLE=1 the 4K table at batch 1, 2, 4 and 8, the per-block
-# timeline of each drafter's last call (tests/bench/timeline.py, the middle
-# of its 3 steps), and last the gpu runtime tests (MTPQ_ROUND_TESTS: random,
-# the default: the random shapes MTPQ_ROUND_SHAPES, default 0,4,7; all: the
-# whole check_gpu_runtime; 0: none). Everything
-# it writes is packed into $OUT/round.tgz but its summary, $OUT/round.txt
-# (the device transfer brings back a few files only). Carry [".device-debs",
-# "dv.safetensors"] (+ "alt").
+# (build-tl), all at once. Then: 4K batch-1 rows (dev_row: the tree, each alt
+# tree, each MTPQ_ROW_VARIANTS entry LABEL:VAR=VALUE[,VAR=VALUE...] on the
+# tree, the tree again); the per-block timeline of each drafter's last call
+# (tests/bench/timeline.py, the middle of its 3 steps), by default and with
+# each MTPQ_ROUND_TL_VARIANTS entry (as the rows'); with MTPQ_ROUND_TABLE=1
+# the 4K table at batch 1, 2, 4 and 8; last the gpu runtime tests
+# (MTPQ_ROUND_TESTS: random, the default: the random shapes
+# MTPQ_ROUND_SHAPES, default 0,4,7; all: the whole check_gpu_runtime; 0:
+# none). MTPQ_ROUND_SASS=REGEX: the disassembly of the matching kernels.
+# Everything it writes is packed into $OUT/round.tgz but its summary,
+# $OUT/round.txt (the device transfer brings back a few files only). Carry
+# [".device-debs", "dv.safetensors"] (+ "alt").
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 FIN=$OUT
@@ -51,12 +52,16 @@ for v in ${MTPQ_ROW_VARIANTS:-}; do
 done
 dev_row ./build-gpu tree-again
 if [ -x build-tl/mtpq ]; then
-  for who in stock mtpq; do
-    f=$OUT/tl-$who.csv
-    MTPQ_CUDA_TL_FILE=$f ./build-tl/mtpq bench-step --backend cuda --target $T \
-      $([ $who = mtpq ] && echo --drafter /tmp/q80) --context 4096 --iters 5 > "$OUT/tl-$who-run.txt" 2>&1
-    echo "== timeline, $who: $(grep -E '^(stock|/tmp/q80)' "$OUT/tl-$who-run.txt" | tail -1)"
-    python3 tests/bench/timeline.py "$f" - 3 1
+  for tv in default ${MTPQ_ROUND_TL_VARIANTS:-}; do # LABEL:VAR=VALUE[,VAR=VALUE...] as MTPQ_ROW_VARIANTS
+    tenv=$([ "$tv" = default ] || echo "${tv#*:}" | tr ',' ' ')
+    tl=$([ "$tv" = default ] || echo "-${tv%%:*}")
+    for who in stock mtpq; do
+      f=$OUT/tl-$who$tl.csv
+      env $tenv MTPQ_CUDA_TL_FILE=$f ./build-tl/mtpq bench-step --backend cuda --target $T \
+        $([ $who = mtpq ] && echo --drafter /tmp/q80) --context 4096 --iters 5 > "$OUT/tl-$who$tl-run.txt" 2>&1
+      echo "== timeline$tl, $who: $(grep -E '^(stock|/tmp/q80)' "$OUT/tl-$who$tl-run.txt" | tail -1)"
+      python3 tests/bench/timeline.py "$f" - 3 1
+    done
   done
 elif [ "${MTPQ_ROUND_TL:-1}" = 1 ]; then
   echo "timeline build failed"; tail -20 "$OUT/tl-build.txt"
