@@ -41,6 +41,7 @@ if [ -n "${MTPQ_ROUND_SASS:-}" ]; then
   cuobjdump -sass build-gpu/mtpq 2>/dev/null | awk -v re="$MTPQ_ROUND_SASS" \
     '/Function : /{on = ($0 ~ re)} on' > "$OUT/sass.txt"
   echo "sass: $(grep -c 'Function : ' "$OUT/sass.txt") kernels, $(wc -l < "$OUT/sass.txt") lines"
+  python3 tests/bench/ldchain.py "$OUT/sass.txt" # their loads after the wait, in batches
 fi
 dev_row ./build-gpu tree
 for name in "${names[@]}"; do
