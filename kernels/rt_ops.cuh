@@ -481,7 +481,10 @@ __global__ void k_add_norm(float *y, const float *x0, const float *w, int n, flo
   // every load before the first store: with a store between them each load
   // waited for the one before (y and x0 may alias as far as the compiler
   // knows), eight L2 round trips in turn; 3.2 -> 2.8-2.9 us after the wait
-  // in the per-block timeline (tests/bench/RESULTS.md, sixteenth round)
+  // in the per-block timeline (tests/bench/RESULTS.md, sixteenth round).
+  // In source order only: the SASS still places the y loads of slots 3 and
+  // up after the stores of slots 1 and 2 (tests/bench/ldchain.py: 17 such
+  // loads; the 2,048-value instance of branch issue7-nq has none)
   float v[RT_NQ];
 #pragma unroll
   for (int q = 0; q < RT_NQ; q++) {
