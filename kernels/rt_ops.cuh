@@ -51,13 +51,37 @@ __device__ float rt_block_max(float v) { // blockDim.x == 256
 }
 
 #define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
+// The norm kernels (k_prep, k_norm, k_add_norm, k_final) are templates on
+// NX: n == NX exactly (a multiple of 256; the host launches such an
+// instance for the 80B shape's 2,048) or any n up to 256 * RT_NQ (NX 0).
+// With NX the bounds checks fold away and a thread keeps NX / 256 values:
+// the general instances' loads, each followed by its own bounds select,
+// reached the SASS as a load, a use, a load... and a warp issues in order,
+// so k_final's three inputs landed in seven round trips one after another
+// (4 us after its wait in the per-block timeline; RESULTS.md, seventeenth
+// round)
+#define RT_NQX(NX) ((NX) ? (NX) / 256 : RT_NQ)
+// Their launch bounds: blockDim 256 (without, ptxas plans for 1,024 threads
+// and 64 registers, and the exact instance reused registers between loads as
+// above), at least 2 blocks an SM for the general ones (at most 128
+// registers; they would take 255 and so an SM of their own)
+#define RT_NORM_MINB(NX) ((NX) ? 1 : 2)
+
+// v[q] = x[tid + 256 q] for the n values (0 past n); with n a constant
+// (NX) nothing but the loads
+template <int NQ> __device__ __forceinline__ void rt_ld_row(const float *x, int n, float (&v)[NQ]) {
+#pragma unroll
+  for (int q = 0; q < NQ; q++) v[q] = x[min((int)threadIdx.x + 256 * q, n - 1)];
+#pragma unroll
+  for (int q = 0; q < NQ; q++) v[q] = (int)threadIdx.x + 256 * q < n ? v[q] : 0.0f;
+}
 
 // w1[q] = 1 + w[tid + 256 q]: a norm's weights, constant, so its kernel
 // loads them before waiting for the kernel before (one memory latency less
 // after the wait; the same 1 + w as computed after it before)
-__device__ __forceinline__ void rt_norm_w(const float *w, int n, float (&w1)[RT_NQ]) {
+template <int NQ> __device__ __forceinline__ void rt_norm_w(const float *w, int n, float (&w1)[NQ]) {
 #pragma unroll
-  for (int q = 0; q < RT_NQ; q++) {
+  for (int q = 0; q < NQ; q++) {
     const int i = threadIdx.x + 256 * q;
     w1[q] = i < n ? 1.0f + w[i] : 0.0f;
   }
@@ -66,26 +90,23 @@ __device__ __forceinline__ void rt_norm_w(const float *w, int n, float (&w1)[RT_
 // y = v / rms(v) * w1 (w1 from rt_norm_w) for the block's n values, thread
 // tid holding v[q] = value tid + 256 q: the values were loaded all at once
 // (one memory latency, not one per element)
-__device__ void rt_zcnorm_regs(const float (&v)[RT_NQ], const float (&w1)[RT_NQ], int n, float eps, float *y) {
+template <int NQ>
+__device__ void rt_zcnorm_regs(const float (&v)[NQ], const float (&w1)[NQ], int n, float eps, float *y) {
   float ss = 0;
 #pragma unroll
-  for (int q = 0; q < RT_NQ; q++) ss += v[q] * v[q];
+  for (int q = 0; q < NQ; q++) ss += v[q] * v[q];
   const float r = rsqrtf(rt_block_sum(ss) / n + eps);
 #pragma unroll
-  for (int q = 0; q < RT_NQ; q++) {
+  for (int q = 0; q < NQ; q++) {
     const int i = threadIdx.x + 256 * q;
     if (i < n) y[i] = v[q] * r * w1[q];
   }
 }
 
 // y = x / rms(x) * w1, one block of 256 (y may be x)
-__device__ void rt_zcnorm(const float *x, const float (&w1)[RT_NQ], int n, float eps, float *y) {
-  float v[RT_NQ];
-#pragma unroll
-  for (int q = 0; q < RT_NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    v[q] = i < n ? x[i] : 0.0f;
-  }
+template <int NQ> __device__ void rt_zcnorm(const float *x, const float (&w1)[NQ], int n, float eps, float *y) {
+  float v[NQ];
+  rt_ld_row(x, n, v);
   rt_zcnorm_regs(v, w1, n, eps, y);
 }
 
@@ -117,15 +138,19 @@ __device__ void rt_prefetch_regions(const pf_region *reg, int nreg, int64_t gt, 
 // cached K/V rows each token will attend to, are prefetched into L2 so that
 // the chain of small dependent kernels after this one finds them there
 // instead of paying the full memory latency one kernel at a time.
-__global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, int H, const float *ne, const float *nh,
-                       float eps, float *c, unsigned long long *best, int n, const pf_region *reg,
-                       int nreg, const float *kc, const float *vc, const int64_t *pos, const int *seq, int64_t max_pos,
-                       int64_t KV, int window, int64_t kv_budget) {
+template <int NX>
+__global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
+    k_prep(const uint8_t *embed, const int *tok, const float *hid, int H, const float *ne, const float *nh, float eps,
+           float *c, unsigned long long *best, int n, const pf_region *reg, int nreg, const float *kc, const float *vc,
+           const int64_t *pos, const int *seq, int64_t max_pos, int64_t KV, int window, int64_t kv_budget) {
   RT_TL_START();
   rt_trigger();
+  constexpr int NQ = RT_NQX(NX);
+  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
+  if (NX) H = NX;
   const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
   rt_prefetch_regions(reg, nreg, gt, stride);
-  float w1[RT_NQ]; // this block's norm weights (block y 0: the embedding's, 1: the hidden state's)
+  float w1[NQ]; // this block's norm weights (block y 0: the embedding's, 1: the hidden state's)
   rt_norm_w(blockIdx.y ? nh : ne, blockIdx.x < n ? H : 0, w1);
   rt_wait(); // tok, pos and hid may come from the previous step's last kernel
   if (kv_budget > 0) {
@@ -150,11 +175,16 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
     return;
   }
   const uint16_t *e = reinterpret_cast<const uint16_t *>(embed) + (int64_t)tok[t] * H;
-  float v[RT_NQ];
+  float v[NQ];
 #pragma unroll
-  for (int q = 0; q < RT_NQ; q++) {
+  for (int q = 0; q < NQ; q++) {
     const int i = threadIdx.x + 256 * q;
-    v[q] = i < H ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
+    v[q] = __uint_as_float((uint32_t)e[min(i, H - 1)] << 16); // (clamped, not predicated: see rt_ld_row)
+  }
+#pragma unroll
+  for (int q = 0; q < NQ; q++) {
+    const int i = threadIdx.x + 256 * q;
+    v[q] = i < H ? v[q] : 0.0f;
   }
   RT_TL_MID(1, rt_tl_dep(v)); // the embedding row landed
   rt_zcnorm_regs(v, w1, H, eps, c + (int64_t)t * 2 * H);
@@ -162,10 +192,15 @@ __global__ void k_prep(const uint8_t *embed, const int *tok, const float *hid, i
   RT_TL_END();
 }
 
-__global__ void k_norm(const float *x, const float *w, int n, float eps, float *y) {
+template <int NX>
+__global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
+    k_norm(const float *x, const float *w, int n, float eps, float *y) {
   RT_TL_START();
   rt_trigger();
-  float w1[RT_NQ];
+  constexpr int NQ = RT_NQX(NX);
+  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
+  if (NX) n = NX;
+  float w1[NQ];
   rt_norm_w(w, n, w1);
   rt_wait();
   rt_zcnorm(x + (int64_t)blockIdx.x * n, w1, n, eps, y + (int64_t)blockIdx.x * n);
@@ -471,29 +506,31 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
 }
 
 // y += x0; y2 = norm(y)
-__global__ void k_add_norm(float *y, const float *x0, const float *w, int n, float eps, float *y2) {
+template <int NX> __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
+    k_add_norm(float *y, const float *x0, const float *w, int n, float eps, float *y2) {
   RT_TL_START();
   rt_trigger();
-  float w1[RT_NQ];
+  constexpr int NQ = RT_NQX(NX);
+  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
+  if (NX) n = NX;
+  float w1[NQ];
   rt_norm_w(w, n, w1);
   rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
   // every load before the first store: with a store between them each load
   // waited for the one before (y and x0 may alias as far as the compiler
   // knows), eight L2 round trips in turn; 3.2 -> 2.8-2.9 us after the wait
-  // in the per-block timeline (tests/bench/RESULTS.md, sixteenth round).
-  // In source order only: the SASS still places the y loads of slots 3 and
-  // up after the stores of slots 1 and 2 (tests/bench/ldchain.py: 17 such
-  // loads; the 2,048-value instance of branch issue7-nq has none)
-  float v[RT_NQ];
+  // in the per-block timeline (tests/bench/RESULTS.md, sixteenth round);
+  // through rt_ld_row the SASS keeps that order too (ldchain.py: no load
+  // after a store; before, 17 y loads came after the stores of slots 1, 2)
+  float v[NQ], v2[NQ];
+  rt_ld_row(y + o, n, v);
+  rt_ld_row(x0 + o, n, v2);
 #pragma unroll
-  for (int q = 0; q < RT_NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    v[q] = i < n ? y[o + i] + x0[o + i] : 0.0f;
-  }
+  for (int q = 0; q < NQ; q++) v[q] += v2[q];
   RT_TL_MID(1, rt_tl_dep(v) + rt_tl_dep(w1)); // its inputs and norm weights landed
 #pragma unroll
-  for (int q = 0; q < RT_NQ; q++) {
+  for (int q = 0; q < NQ; q++) {
     const int i = threadIdx.x + 256 * q;
     if (i < n) y[o + i] = v[q];
   }
@@ -633,21 +670,26 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int n, int 
 // out = norm(m + w m2 + r2) (routed experts, shared expert weighted by
 // w[t * RT_KST] (sigmoid(shared_expert_gate); 1 when w is NULL), residual),
 // one block per token
-__global__ void k_final(const float *m, const float *m2, const float *r2, const float *w2, const float *w, int n,
-                        float eps, float *out) {
+template <int NX>
+__global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
+    k_final(const float *m, const float *m2, const float *r2, const float *w2, const float *w, int n, float eps,
+            float *out) {
   RT_TL_START();
   rt_trigger();
-  float w1[RT_NQ];
+  constexpr int NQ = RT_NQX(NX);
+  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
+  if (NX) n = NX;
+  float w1[NQ];
   rt_norm_w(w, n, w1);
   rt_wait();
   const int64_t o = (int64_t)blockIdx.x * n;
   const float sw = w2 ? w2[blockIdx.x * RT_KST] : 1.0f;
-  float v[RT_NQ];
+  float v[NQ], v2[NQ], v3[NQ];
+  rt_ld_row(m + o, n, v);
+  rt_ld_row(m2 + o, n, v2);
+  rt_ld_row(r2 + o, n, v3);
 #pragma unroll
-  for (int q = 0; q < RT_NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    v[q] = i < n ? m[o + i] + sw * m2[o + i] + r2[o + i] : 0.0f;
-  }
+  for (int q = 0; q < NQ; q++) v[q] = v[q] + sw * v2[q] + v3[q];
   RT_TL_MID(1, rt_tl_dep(v) + rt_tl_dep(w1)); // its inputs and norm weights landed
   rt_zcnorm_regs(v, w1, n, eps, out + o);
   RT_TL_END();

@@ -819,15 +819,18 @@ static void enqueue_step(gpu_session *g, int n) {
   const int64_t KV = (int64_t)Nkv * D;
   mark(g, "start");
   g->on = g->st;
+  const bool nx = H == 2048; // the norm kernels' instance for exactly 2,048 values (rt_ops.cuh, RT_NQX)
   g->launch_i = 0;
-  go(g, false, k_prep, dim3(g->prefetch ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0, (const uint8_t *)g->embed,
-     (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0], (const float *)g->nrm[1], d->eps, g->c,
-     g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0, (const float *)g->kc,
-     (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV, g->window, g->kv_budget);
+  go(g, false, nx ? k_prep<2048> : k_prep<0>, dim3(g->prefetch ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0,
+     (const uint8_t *)g->embed, (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0],
+     (const float *)g->nrm[1], d->eps, g->c, g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0,
+     (const float *)g->kc, (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV,
+     g->window, g->kv_budget);
   mark(g, "embed+norms");
   launch_mv(g, p.fc);
   mark(g, "fc");
-  go(g, true, k_norm, dim3(n), dim3(256), 0, (const float *)g->x0, (const float *)g->nrm[2], H, d->eps, g->a);
+  go(g, true, nx ? k_norm<2048> : k_norm<0>, dim3(n), dim3(256), 0, (const float *)g->x0, (const float *)g->nrm[2], H,
+     d->eps, g->a);
   mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
@@ -843,8 +846,8 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "attention combine+gate");
   launch_mv(g, p.o);
   mark(g, "o_proj");
-  go(g, true, k_add_norm, dim3(n), dim3(256), 0, g->y, (const float *)g->x0, (const float *)g->nrm[3], H, d->eps,
-     g->y2);
+  go(g, true, nx ? k_add_norm<2048> : k_add_norm<0>, dim3(n), dim3(256), 0, g->y, (const float *)g->x0,
+     (const float *)g->nrm[3], H, d->eps, g->y2);
   mark(g, "residual+norm");
   const int S = g->K + 1;
   // the shared expert (gate/up, SwiGLU, down into m2) on a second stream
@@ -887,7 +890,7 @@ static void enqueue_step(gpu_session *g, int n) {
     mark(g, "experts down (weighted sum)");
   }
   if (side) cudaStreamWaitEvent(g->st, g->join, 0);
-  go(g, !side, k_final, dim3(n), dim3(256), 0, g->m, (const float *)g->m2, (const float *)g->y,
+  go(g, !side, nx ? k_final<2048> : k_final<0>, dim3(n), dim3(256), 0, g->m, (const float *)g->m2, (const float *)g->y,
      (const float *)(d->moe ? g->wsel + g->K : nullptr), (const float *)g->nrm[6], H, d->eps, g->out);
   mark(g, "final norm");
 }

@@ -230,7 +230,10 @@ START_TEST(test_random_shapes) {
                               {1024, 16, 512, 16, 2, 256, 34000, 1},
                               /* the routing past 32 experts (96: 3 a lane of k_route's one warp) and past
                                  512 (600: two warps, their keys met through shared memory) */
-                              {64, 96, 32, 4, 2, 16, 1000, 1}, {64, 600, 16, 4, 2, 16, 800, 0}};
+                              {64, 96, 32, 4, 2, 16, 1000, 1}, {64, 600, 16, 4, 2, 16, 800, 0},
+                              /* hidden 2,048, the 80B shape's: the norm kernels' instances for exactly
+                                 that many values (kernels/rt_ops.cuh, RT_NQX) */
+                              {2048, 16, 64, 4, 2, 64, 1000, 1}};
   int ran = 0;
   for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
     char dir[700], name[24];
@@ -239,7 +242,7 @@ START_TEST(test_random_shapes) {
     ran++;
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
     gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
-    /* the three large heads (r5-r7; r8 and r9 after them, small, too): also with k_head_mma off */
+    /* the three large heads (r5-r7; r8 to r10 after them, small, too): also with k_head_mma off */
     const int big_head = k >= 5;
     compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, big_head);
     if (!sh[k][7]) continue;
