@@ -477,11 +477,19 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   float pv[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
-  float m = -INFINITY;
-  for (int s = tid; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
+  // the first 256 splits' maxima and sums with the partial outputs' loads
+  // (each loop's load waited for the block's reduction before: a round trip
+  // more after the wait); fmaxf(-inf, x) = x, so the same maximum and sums
+  const float pm0 = tid < ns ? pm[base + tid] : -INFINITY, pl0 = tid < ns ? pl[base + tid] : 0.0f;
+  float m = pm0;
+  for (int s = tid + 256; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
   const float M = rt_block_max(m);
   float l = 0.0f;
-  for (int s = tid; s < ns; s += 256) {
+  if (tid < ns) {
+    const float w = expf(pm0 - M);
+    wsp[tid] = w, l += pl0 * w;
+  }
+  for (int s = tid + 256; s < ns; s += 256) {
     const float w = expf(pm[base + s] - M);
     wsp[s] = w, l += pl[base + s] * w;
   }
