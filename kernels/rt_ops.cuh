@@ -346,10 +346,19 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
     if (q != p) rt_head_load(nk, D, rot, rcs + q * (rot / 2), kq);
     const int64_t src = (int64_t)u * KV + (int64_t)g * D;
     rt_head_norm_rope(kk + src, kq, D, eps, rot, ks + i * DP);
-    for (int j = lane; j < D; j += 32) {
-      const float v = vv[src + j];
-      vs[i * DP + j] = v;
-      if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = v;
+    // the value row's loads all issued before its stores (a load, two
+    // stores, a load...: vv may alias the cache as far as the compiler
+    // knows, so each load waited for the stores before it, 8 L2 round trips
+    // in turn in the block that holds the token's own row; SASS)
+    float vr[16]; // D <= 512 (rt_head_consts)
+#pragma unroll
+    for (int q = 0; q < 16; q++) vr[q] = lane + 32 * q < D ? vv[src + lane + 32 * q] : 0.0f;
+#pragma unroll
+    for (int q = 0; q < 16; q++) {
+      const int j = lane + 32 * q;
+      if (j >= D) break;
+      vs[i * DP + j] = vr[q];
+      if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = vr[q];
     }
   }
   rt_cp_wait();
