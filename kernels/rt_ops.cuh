@@ -579,7 +579,7 @@ __device__ __forceinline__ unsigned long long rt_warp_max_key(unsigned long long
 // wait in the per-block timeline (512 experts, top 10), and as much with
 // its selection spread over 16 warps, a key a thread (tried; not kept):
 // what holds it is not the selection (tests/bench/RESULTS.md, sixteenth
-// round). The chosen probability comes back out of the key (p >= 0). Every
+// round). The chosen numerator comes back out of the key (p >= 0). Every
 // block of a token routes it and prefetches its share of the chosen
 // experts' gate, up and down weights into L2 when asked; block 0
 // writes the choice. tab + ex: the gate weights of the E experts, then up,
@@ -606,19 +606,26 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   }
   m = rt_block_reduce(m, 0, nw, fsh);
   RT_TL_MID(1, m); // the logits landed, their maximum
+  // the numerators without a branch per logit (the disassembly had one
+  // around each exponential and each division, so a lane's 16 ran one
+  // after another: ~2 us in the per-block timeline): a logit past E is
+  // -inf, its exponential 0, and adding it changes no sum
   float s = 0;
 #pragma unroll
-  for (int i = 0; i < RT_RPT; i++)
-    if (tid + nt * i < E) s += (p[i] = expf(p[i] - m));
+  for (int i = 0; i < RT_RPT; i++) s += (p[i] = expf(p[i] - m));
   s = rt_block_reduce(s, 1, nw, fsh);
+  // keys of the numerators, not of the probabilities p / s: one division by
+  // s > 0 keeps their order, so only the K chosen are divided (after the
+  // rounds; the same quotients). The one difference: two numerators whose
+  // quotients round to one value were taken by index, now by size
   unsigned long long key[RT_RPT];
 #pragma unroll
   for (int i = 0; i < RT_RPT; i++) {
     const int e = tid + nt * i;
-    key[i] = e < E ? rt_argmax_key(p[i] / s, (uint32_t)e) : 0;
+    const unsigned long long k = rt_argmax_key(p[i], (uint32_t)e);
+    key[i] = e < E ? k : 0;
   }
   RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
-  float tot = 0;
   const bool w0 = blockIdx.x == 0;
   for (int k = 0; k < K; k++) {
     // the thread's largest key as a tree (a chain of 16 before), then the
@@ -644,13 +651,18 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     for (int i = 0; i < RT_RPT; i++)
       if (tid + nt * i == e) key[i] = 0;
     if (tid == 0) chosen[k] = e, cval[k] = v;
-    tot += v;
   }
+  // the chosen probabilities, K divisions in parallel; their sum in the
+  // order chosen, as the rounds summed them before
+  __syncthreads();
+  if (tid < K) cval[tid] = cval[tid] / s;
+  __syncthreads();
+  float tot = 0;
+  for (int k = 0; k < K; k++) tot += cval[k];
   // the choice written once, K threads in parallel, the same quotients v /
   // tot (thread 0 wrote each weight and then divided it in place: ten
   // dependent round trips to L2, though the timeline did not show the
   // routing faster without them)
-  __syncthreads();
   if (w0 && tid < K) {
     sel[t * RT_KST + tid] = chosen[tid];
     wsel[t * RT_KST + tid] = renorm ? cval[tid] / tot : cval[tid];
