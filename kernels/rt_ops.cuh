@@ -570,16 +570,33 @@ __device__ __forceinline__ unsigned long long rt_warp_max_key(unsigned long long
   return (unsigned long long)hi << 32 | lo;
 }
 
+// a[] sorted largest first in place (bitonic network: N a power of two,
+// every index fixed at compile time so that a stays in registers)
+template <int N> __device__ __forceinline__ void rt_sort_desc(unsigned long long (&a)[N]) {
+#pragma unroll
+  for (int k = 2; k <= N; k <<= 1)
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1)
+#pragma unroll
+      for (int i = 0; i < N; i++) {
+        const int l = i ^ j;
+        if (l > i) {
+          const unsigned long long x = a[i], y = a[l];
+          const bool sw = (i & k) == 0 ? x < y : x > y; // runs of k: largest first where i & k is 0
+          a[i] = sw ? y : x, a[l] = sw ? x : y;
+        }
+      }
+}
+
 // grid (blocks, tokens), 32 * ceil(E / 512) threads: softmax over E router
 // logits, top-K (ties to the lower expert), optional renormalisation; slot K
 // gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
-// in registers (at E <= 512 one warp, the order of its sums as before), and
-// each of the K rounds is a maximum of 64-bit keys over the thread's
-// registers and the warp (or block). The routing takes 6.5-7.8 us after its
-// wait in the per-block timeline (512 experts, top 10), and as much with
-// its selection spread over 16 warps, a key a thread (tried; not kept):
-// what holds it is not the selection (tests/bench/RESULTS.md, sixteenth
-// round). The chosen numerator comes back out of the key (p >= 0). Every
+// in registers (at E <= 512 one warp, the order of its sums as before); a
+// round of the K is a maximum of 64-bit keys (numerator, expert) over the
+// warp's sorted lists (one warp), or over the thread's registers and the
+// block (E > 512). With its selection spread over 16 warps, a key a thread,
+// the routing took as long as with one (6.5-7.8 us after its wait; tried,
+// not kept: tests/bench/RESULTS.md, sixteenth round). The chosen numerator comes back out of the key (p >= 0). Every
 // block of a token routes it and prefetches its share of the chosen
 // experts' gate, up and down weights into L2 when asked; block 0
 // writes the choice. tab + ex: the gate weights of the E experts, then up,
@@ -627,31 +644,53 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   }
   RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
   const bool w0 = blockIdx.x == 0;
-  for (int k = 0; k < K; k++) {
-    // the thread's largest key as a tree (a chain of 16 before), then the
-    // warp's as two single-instruction reductions of the key's halves
-    // (rt_warp_max_key; five shuffle steps of two shuffles before)
-    unsigned long long t8[RT_RPT / 2];
+  if (nw == 1) {
+    // One warp (E <= 512): each lane's keys sorted once, largest first, so
+    // a round is one maximum over the lanes' first keys and a shift in the
+    // lane that held it. The rounds of a tree over the lane's 16 keys, two
+    // dependent warp reductions and a clear took ~3.5-4 us for the ten
+    // (per-block timeline, tests/bench/RESULTS.md, eighteenth round). Only
+    // where two lanes' first keys share the high word (equal numerators) is
+    // the low word (the lower expert) reduced too. The same choice.
+    rt_sort_desc(key);
+    const int lane = tid & 31;
+    for (int k = 0; k < K; k++) {
+      const uint32_t h = (uint32_t)(key[0] >> 32), hi = __reduce_max_sync(0xFFFFFFFFu, h);
+      unsigned ball = __ballot_sync(0xFFFFFFFFu, h == hi);
+      if (ball & (ball - 1)) {
+        const uint32_t lo = __reduce_max_sync(0xFFFFFFFFu, h == hi ? (uint32_t)key[0] : 0u);
+        ball = __ballot_sync(0xFFFFFFFFu, h == hi && (uint32_t)key[0] == lo);
+      }
+      const bool win = lane == __ffs(ball) - 1; // (one lane)
+      if (win) chosen[k] = (int)(0xFFFFFFFFu - (uint32_t)key[0]), cval[k] = __uint_as_float(h & 0x7FFFFFFFu);
 #pragma unroll
-    for (int i = 0; i < RT_RPT / 2; i++) t8[i] = key[2 * i] > key[2 * i + 1] ? key[2 * i] : key[2 * i + 1];
+      for (int i = 0; i < RT_RPT - 1; i++) key[i] = win ? key[i + 1] : key[i]; // (selects, no branch)
+      key[RT_RPT - 1] = win ? 0 : key[RT_RPT - 1];
+    }
+  } else
+    for (int k = 0; k < K; k++) { // (E > 512)
+      // the thread's largest key as a tree (a chain of 16 before), then the
+      // warp's as two single-instruction reductions of the key's halves
+      // (rt_warp_max_key; five shuffle steps of two shuffles before)
+      unsigned long long t8[RT_RPT / 2];
 #pragma unroll
-    for (int h = RT_RPT / 4; h > 0; h >>= 1)
+      for (int i = 0; i < RT_RPT / 2; i++) t8[i] = key[2 * i] > key[2 * i + 1] ? key[2 * i] : key[2 * i + 1];
 #pragma unroll
-      for (int i = 0; i < h; i++) t8[i] = t8[i] > t8[i + h] ? t8[i] : t8[i + h];
-    unsigned long long best = rt_warp_max_key(t8[0]);
-    if (nw > 1) {
-      __syncthreads();
+      for (int h = RT_RPT / 4; h > 0; h >>= 1)
+#pragma unroll
+        for (int i = 0; i < h; i++) t8[i] = t8[i] > t8[i + h] ? t8[i] : t8[i + h];
+      unsigned long long best = rt_warp_max_key(t8[0]);
+      __syncthreads(); // (several warps: E > 512)
       if ((tid & 31) == 0) ksh[tid >> 5] = best;
       __syncthreads();
       for (int w = 0; w < nw; w++) best = ksh[w] > best ? ksh[w] : best;
-    }
-    const int e = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
-    const float v = __uint_as_float((uint32_t)(best >> 32) & 0x7FFFFFFFu); // the key of p >= 0
+      const int e = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
+      const float v = __uint_as_float((uint32_t)(best >> 32) & 0x7FFFFFFFu); // the key of p >= 0
 #pragma unroll
-    for (int i = 0; i < RT_RPT; i++)
-      if (tid + nt * i == e) key[i] = 0;
-    if (tid == 0) chosen[k] = e, cval[k] = v;
-  }
+      for (int i = 0; i < RT_RPT; i++)
+        if (tid + nt * i == e) key[i] = 0;
+      if (tid == 0) chosen[k] = e, cval[k] = v;
+    }
   // the chosen probabilities, K divisions in parallel; their sum in the
   // order chosen, as the rounds summed them before
   __syncthreads();
