@@ -596,10 +596,10 @@ template <int N> __device__ __forceinline__ void rt_sort_desc(unsigned long long
 // warp's sorted lists (one warp), or over the thread's registers and the
 // block (E > 512). With its selection spread over 16 warps, a key a thread,
 // the routing took as long as with one (6.5-7.8 us after its wait; tried,
-// not kept: tests/bench/RESULTS.md, sixteenth round). The chosen numerator comes back out of the key (p >= 0). Every
-// block of a token routes it and prefetches its share of the chosen
-// experts' gate, up and down weights into L2 when asked; block 0
-// writes the choice. tab + ex: the gate weights of the E experts, then up,
+// not kept: tests/bench/RESULTS.md, sixteenth round). The chosen numerator
+// comes back out of the key (p >= 0). Every block of a token routes it and
+// prefetches its share of the chosen experts' gate, up and down weights
+// into L2 when asked; block 0 writes the choice. tab + ex: the gate weights of the E experts, then up,
 // then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
                         float *wsel, const dlin *tab, int ex, int prefetch) {
@@ -647,11 +647,12 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   if (nw == 1) {
     // One warp (E <= 512): each lane's keys sorted once, largest first, so
     // a round is one maximum over the lanes' first keys and a shift in the
-    // lane that held it. The rounds of a tree over the lane's 16 keys, two
-    // dependent warp reductions and a clear took ~3.5-4 us for the ten
-    // (per-block timeline, tests/bench/RESULTS.md, eighteenth round). Only
-    // where two lanes' first keys share the high word (equal numerators) is
-    // the low word (the lower expert) reduced too. The same choice.
+    // lane that held it, ~45 instructions where a tree over the lane's 16
+    // keys, two dependent warp reductions and a clear took ~145. The step
+    // measured no faster for it (H200, tests/bench/RESULTS.md, eighteenth
+    // round): kept as the form the whole gpu suite ran. Only where two
+    // lanes' first keys share the high word (equal numerators) is the low
+    // word (the lower expert) reduced too. The same choice.
     rt_sort_desc(key);
     const int lane = tid & 31;
     for (int k = 0; k < K; k++) {
