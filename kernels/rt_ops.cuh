@@ -599,8 +599,8 @@ template <int N> __device__ __forceinline__ void rt_sort_desc(unsigned long long
 // not kept: tests/bench/RESULTS.md, sixteenth round). The chosen numerator
 // comes back out of the key (p >= 0). Every block of a token routes it and
 // prefetches its share of the chosen experts' gate, up and down weights
-// into L2 when asked; block 0 writes the choice. tab + ex: the gate weights of the E experts, then up,
-// then down.
+// into L2 when asked; block 0 writes the choice. tab + ex: the gate
+// weights of the E experts, then up, then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
                         float *wsel, const dlin *tab, int ex, int prefetch) {
   RT_TL_START();
