@@ -85,6 +85,8 @@ struct gpu_session {
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
+  int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
+  unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
   int launch_i;           // the step's launches so far (enqueue_step resets it)
@@ -322,6 +324,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->flat = env_on("MTPQ_CUDA_FLAT");
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
+  g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->plain = 0;
   if (const char *pl = getenv("MTPQ_CUDA_PLAIN"))
@@ -437,6 +440,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (!st) st = dalloc(g, &g->sel, NM * RT_KST * sizeof(int), err);
   if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
   if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
+  if (!st) st = dalloc(g, &g->hq, 2 * sizeof(unsigned), err);
+  if (!st && cudaMemset(g->hq, 0, 2 * sizeof(unsigned)) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
   static_assert(ST_SEQ >= ST_TOK + RT_NMAX * 4 && ST_POS >= ST_SEQ + RT_NMAX * 4 &&
                     ST_STEP >= ST_POS + RT_NMAX * 8 && ST_HID >= ST_STEP + 4 && ST_HID % 16 == 0,
                 "staging layout");
@@ -709,24 +714,41 @@ static int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax 
 // k_head_mma's dynamic shared memory: NB tokens' three pieces of cols (+ 16 padding) halves
 static size_t head_mma_smem(int NB, int64_t cols) { return (size_t)3 * NB * (size_t)(cols + 16) * 2; }
 
-template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
-  // the attribute before the instantiation's first launch of any size (a
-  // first launch under 48 KB and a later one above it failed at its launch
-  // when it was set only for the first); the occupancy per size, kept for
-  // the next launch of the same size (without graphs every step launches)
-  static bool attr = false;
-  static size_t per_smem = 0;
-  static int per = 0;
-  if (!attr)
-    attr = cudaFuncSetAttribute(k_head_mma<F, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM) ==
-           cudaSuccess;
-  if (!per || per_smem != smem) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_head_mma<F, NB>, 256, smem) != cudaSuccess || per < 1)
-      per = 1;
-    per_smem = smem;
+// A head kernel's blocks a launch: as many as its tiles take, at most one
+// wave at the occupancy of its shared memory smem. The attribute goes before
+// the kernel's first launch of any size (a first launch under 48 KB and a
+// later one above it failed at its launch when it was set only for the
+// first); the occupancy is kept per size (without graphs every step
+// launches). One hs per kernel instance.
+struct head_state {
+  bool attr = false;
+  size_t smem = 0;
+  int per = 0;
+};
+template <typename... A>
+static unsigned head_blocks(gpu_session *g, head_state &hs, void (*k)(A...), size_t smem, int64_t blocks) {
+  if (!hs.attr)
+    hs.attr = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM) == cudaSuccess;
+  if (!hs.per || hs.smem != smem) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hs.per, k, 256, smem) != cudaSuccess || hs.per < 1) hs.per = 1;
+    hs.smem = smem;
   }
-  const int64_t blocks = ((m.rows + 15) / 16 + 7) / 8, cap = (int64_t)g->sms * per;
-  go(g, true, k_head_mma<F, NB>, dim3((unsigned)(blocks < cap ? blocks : cap)), dim3(256), smem,
+  const int64_t cap = (int64_t)g->sms * hs.per;
+  return (unsigned)(blocks < cap ? blocks : cap);
+}
+
+template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+  static head_state hs;
+  const int64_t tiles = (m.rows + 15) / 16;
+  if constexpr (NB == 1) {
+    if (g->hdyn) { // a block a tile at a time
+      static head_state hd;
+      go(g, true, k_head_dyn<F>, dim3(head_blocks(g, hd, k_head_dyn<F>, smem, tiles)), dim3(256), smem,
+         (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
+      return;
+    }
+  }
+  go(g, true, k_head_mma<F, NB>, dim3(head_blocks(g, hs, k_head_mma<F, NB>, smem, (tiles + 7) / 8)), dim3(256), smem,
      (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
 }
 

@@ -8,8 +8,8 @@
  * the generic kernel) stock and quantized: a 40-slot prefill (chunks of up
  * to 8 slots) within relative error 1e-5 of the CPU, and batched drafts of
  * 2, 3 and 5 sequences with different contexts (launches of 2, 4 and 8
- * tokens), then of one of them alone (the head at one token; the three
- * largest heads also with MTPQ_CUDA_HEAD_MMA=0, the FFMA heads), giving the
+ * tokens), then of one of them alone (the head at one token; the large
+ * heads also with MTPQ_CUDA_HEAD_MMA=0, one also with MTPQ_CUDA_HEAD_DYN=0), giving the
  * CPU's tokens; one of them once more at contexts over 8K.
  * MTPQ_GPU_SHAPES=0,4,7 (say) runs only those random shapes and leaves out
  * the 8K case ("long" names it): a short check of one kernel on the GPU
@@ -154,16 +154,39 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
     all += ns[k] * STEPS;
   }
   /* sequence 0 alone, on from its drafts: one token a step, so the head at
-   * one token (k_head_mma, or k_mv where it does not apply or is switched off) */
+   * one token (k_head_dyn, k_head_mma, or k_mv where they do not apply or are switched off) */
   int32_t t1 = dc[(STEPS - 1) * NS], d1c[STEPS], d1g[STEPS];
   int64_t s1 = start[0] + STEPS;
   ck_assert_int_eq(mtpq_session_draft(c, 1, &t1, h, &s1, STEPS, d1c, &err), MTPQ_OK);
   ck_assert_msg(mtpq_session_draft(g, 1, &t1, h, &s1, STEPS, d1g, &err) == MTPQ_OK, "%s", err.msg);
   int same1 = 0;
   for (int i = 0; i < STEPS; i++) same1 += d1c[i] == d1g[i];
-  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA");
-  printf("%s (MTPQ_CUDA_HEAD_MMA=%s): prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence "
-         "drafts %d/%d\n", drafter ? drafter : target, hm ? hm : "default", worst, same, all, same1, STEPS);
+  /* the head alone with its logits, three times over (the CUDA backend's
+   * one-token head launches one after another: each must cover every row;
+   * oc's first rows hold hidden states of the prefill), within the
+   * prefill's tolerance of the CPU's */
+  float *lc = malloc((size_t)V * 4), *lg = malloc((size_t)V * 4);
+  double lworst = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    int32_t ac, ag;
+    mtpq_session_head(c, oc + (size_t)rep * H, &ac, lc);
+    mtpq_session_head(g, oc + (size_t)rep * H, &ag, lg);
+    for (int64_t v = 0; v < V; v++) /* -inf outside a reduced head, in both */
+      if (isinf(lc[v]) || isinf(lg[v]))
+        ck_assert_msg(lc[v] == lg[v], "logit %lld: cpu %g gpu %g", (long long)v, lc[v], lg[v]);
+    double num = 0, den = 0;
+    for (int64_t v = 0; v < V; v++)
+      if (!isinf(lc[v])) num += ((double)lg[v] - lc[v]) * ((double)lg[v] - lc[v]), den += (double)lc[v] * lc[v];
+    const double e = sqrt(num / den);
+    lworst = e > lworst ? e : lworst;
+    ck_assert_int_eq(ac, ag);
+  }
+  ck_assert_msg(lworst < 1e-5, "%s: head logits relative error %.3g", drafter ? drafter : target, lworst);
+  free(lc), free(lg);
+  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA"), *hd = getenv("MTPQ_CUDA_HEAD_DYN");
+  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_HEAD_DYN=%s): prefill relative error %.3g; batched drafts %d/%d "
+         "tokens equal, one-sequence drafts %d/%d, head logits relative error %.3g\n", drafter ? drafter : target,
+         hm ? hm : "default", hd ? hd : "default", worst, same, all, same1, STEPS, lworst);
   ck_assert_int_eq(same, all);
   ck_assert_int_eq(same1, STEPS);
   free(h), free(oc), free(og);
@@ -171,15 +194,22 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   mtpq_drafter_close(d);
 }
 
-/* compare_random with the default heads (k_head_mma at 1..8 tokens where
- * it applies: cols % 64 == 0), then with MTPQ_CUDA_HEAD_MMA=0 when
- * also_ffma (the head on k_mv's FFMA path at every token count) */
-static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int also_ffma) {
+/* compare_random with the default heads (on tensor cores where it applies,
+ * cols % 64 == 0: k_head_dyn at one token, k_head_mma at 2..8), then with
+ * others' bit 1 with MTPQ_CUDA_HEAD_MMA=0 (the head on k_mv's FFMA path at
+ * every token count) and with bit 2 with MTPQ_CUDA_HEAD_DYN=0 (k_head_mma
+ * at one token too) */
+static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int others) {
   compare_random(target, drafter, ctx0);
-  if (also_ffma) {
+  if (others & 1) {
     setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
     compare_random(target, drafter, ctx0);
     unsetenv("MTPQ_CUDA_HEAD_MMA");
+  }
+  if (others & 2) {
+    setenv("MTPQ_CUDA_HEAD_DYN", "0", 1);
+    compare_random(target, drafter, ctx0);
+    unsetenv("MTPQ_CUDA_HEAD_DYN");
   }
 }
 
@@ -242,9 +272,10 @@ START_TEST(test_random_shapes) {
     ran++;
     snprintf(dir, sizeof dir, "%s/r%zu", scratch, k);
     gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
-    /* the three large heads (r5-r7; r8 to r10 after them, small, too): also with k_head_mma off */
-    const int big_head = k >= 5;
-    compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, big_head);
+    /* the three large heads (r5-r7; r8 to r10 after them, small, too): also with k_head_mma off; r7's
+       (11,334 and 34,000 rows of 1,024 columns) also with k_head_dyn off */
+    const int others = k >= 5 ? 1 | (k == 7 ? 2 : 0) : 0;
+    compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
     struct mtpq_err err = {0};
@@ -265,7 +296,7 @@ START_TEST(test_random_shapes) {
     struct mtpq_plan *pl = NULL;
     ck_assert_msg(!mtpq_drafter_plan(&p, &pl, &err) && !mtpq_drafter_write(&p, pl, NULL, NULL, &err), "%s", err.msg);
     mtpq_plan_free(pl);
-    compare_random_heads(dir, q, 30 + 5 * (int64_t)k, big_head);
+    compare_random_heads(dir, q, 30 + 5 * (int64_t)k, others);
   }
   /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
      rounds (one 16-wide head: the CPU's prefill of 5 x 8K positions is cheap) */
