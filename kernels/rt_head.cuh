@@ -264,21 +264,24 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
 
 // The head at one token with its tiles dealt at run time (the default at
 // one token; MTPQ_CUDA_HEAD_DYN=0: k_head_mma). Why: k_head_mma deals each
-// warp a fixed set of whole tiles (16 rows x all columns, ~30 us of one
-// warp's share of HBM for the stock drafter's BF16 head). The SMs' shares
-// differ, so even with equal work its blocks ended 137-147 us after their
-// wait while k_read's rate puts the stock head's 622 MB at 141
-// (tests/bench/RESULTS.md, eighteenth round). Here a block takes one tile
-// at a time, each warp a fixed share of its bands (split over K: a tile is
-// ~4 us of a block's share), and the block adds the warps' row sums in warp
-// order through shared memory (the same sums whichever block takes a tile,
-// so the same result on every run). A block's first two tiles are fixed
-// (the first's loads go before the wait); the rest come from q[0], a
-// counter that only this kernel touches: q[1] counts the blocks done, and
-// the last one puts both back to 0 for the next launch. An SM that streams
-// faster takes more tiles, so the blocks end within about a tile of each
-// other. Same layout, pieces and sums as k_head_mma (NB == 1).
-template <int F>
+// warp a fixed set of whole 16-row tiles (~30 us of one warp's share of
+// HBM each for the stock drafter's BF16 head). The SMs' shares differ, so
+// even with equal work its blocks ended 137-147 us after their wait, while
+// k_read's rate puts the stock head's 622 MB at 141 (tests/bench/RESULTS.md,
+// eighteenth round). Here a block takes one tile of 16 MT rows at a time,
+// each warp a fixed share of its bands (split over K: a tile is ~4 us of a
+// block's share), and the block adds the warps' row sums in warp order
+// through shared memory (the same sums whichever block takes a tile, so the
+// same result on every run). A block's first two tiles are fixed (the
+// first's loads go before the wait); the rest come from q[0], a counter
+// that only this kernel touches: q[1] counts the blocks done, and the last
+// one puts both back to 0 for the next launch. An SM that streams faster
+// takes more tiles, so the blocks end within about a tile of each other.
+// The block's warps meet once a tile: MT (m-tiles a tile) sets how many
+// batches of loads a warp has between meetings, so that one slow batch
+// does not hold seven warps each time. Same layout, pieces and sums as
+// k_head_mma (NB == 1).
+template <int F, int MT>
 __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_task *tasks, unsigned *q) {
   RT_TL_START();
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
@@ -287,8 +290,8 @@ __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_t
   __shared__ mv_task T;
   __shared__ unsigned long long bbest[8][1];
   __shared__ float fsh[9], post[1];
-  __shared__ float red[2][8][16]; // each warp's row sums of the last two tiles
-  __shared__ int nxs[2];          // the tile after the next, published with red
+  __shared__ float red[2][8][16 * MT]; // each warp's row sums of the last two tiles
+  __shared__ int nxs[2];               // the tile after the next, published with red
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   rt_trigger();
   rt_task_load(tasks, T);
@@ -296,13 +299,14 @@ __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_t
   const dlin L = tab[T.t[0].lin];
   const int cols = (int)L.cols, nband = cols / 64, ps = cols + 16;
   const int64_t rows = L.rows;
-  const int ntile = (int)((rows + 15) / 16), G = (int)gridDim.x;
+  const int ntile = (int)((rows + 16 * MT - 1) / (16 * MT)), G = (int)gridDim.x;
   const int blo = warp * nband / 8, bhi = (warp + 1) * nband / 8; // this warp's bands of every tile
   const size_t rowb = (size_t)cols * (F == 1 ? 1 : 2);
   H *pc = reinterpret_cast<H *>(rt_hsm);
   int cur = (int)blockIdx.x, nxt = cur + G; // this tile and the next
   uint4 ra[U][NL], rb[U][NL];
-  rt_head_load<F, U, NL>(L.w, rowb, rows, cur, blo, bhi, g, t, ra, rb); // before the wait: constant weights
+  // (rt_head_load takes 16-row tiles: tile c's m-tile m is c * MT + m; none past the rows)
+  rt_head_load<F, U, NL>(L.w, rowb, rows, (int64_t)cur * MT, blo, bhi, g, t, ra, rb); // before the wait
   rt_wait();
   rt_head_pieces<H>(T, F == 1 ? L.s : 1.0f, cols, pc, post, fsh);
   const int plane[1] = {g < 3 ? g : -1}; // token 0's three pieces in columns 0..2
@@ -310,27 +314,30 @@ __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_t
   for (int k = 0; cur < ntile; k++) {
     unsigned tk = 0; // the ticket of the tile after the next (a block that has a next one takes one)
     if (tid == 0 && nxt < ntile) tk = atomicAdd(q, 1u);
-    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    for (int b0 = blo; b0 < bhi; b0 += U) {
-      if (b0 != blo) rt_head_load<F, U, NL>(L.w, rowb, rows, cur, b0, bhi, g, t, ra, rb);
 #pragma unroll
-      for (int u = 0; u < U; u++)
-        if (b0 + u < bhi) rt_head_band<F, 1, NL>(ra[u], rb[u], pc, ps, plane, b0 + u, t, acc);
+    for (int m = 0; m < MT; m++) {
+      float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+      for (int b0 = blo; b0 < bhi; b0 += U) {
+        if (m || b0 != blo) rt_head_load<F, U, NL>(L.w, rowb, rows, (int64_t)cur * MT + m, b0, bhi, g, t, ra, rb);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+          if (b0 + u < bhi) rt_head_band<F, 1, NL>(ra[u], rb[u], pc, ps, plane, b0 + u, t, acc);
+      }
+      // the warp's sums of rows g and g + 8 (k_head_mma's NB == 1 shuffle) for the block's sum
+      const float v0 = t == 0 ? acc[0][0] + acc[0][1] : acc[0][0], v8 = t == 0 ? acc[0][2] + acc[0][3] : acc[0][2];
+      const float s0 = v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1), s8 = v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1);
+      if (t == 0) red[k & 1][warp][16 * m + g] = s0, red[k & 1][warp][16 * m + g + 8] = s8;
     }
-    // the warp's sums of rows g and g + 8 (k_head_mma's NB == 1 shuffle) for the block's sum
-    const float v0 = t == 0 ? acc[0][0] + acc[0][1] : acc[0][0], v8 = t == 0 ? acc[0][2] + acc[0][3] : acc[0][2];
-    const float s0 = v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1), s8 = v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1);
-    if (t == 0) red[k & 1][warp][g] = s0, red[k & 1][warp][g + 8] = s8;
     // the next tile's first loads before the barrier, so that none of the block's warps waits in it idle
-    rt_head_load<F, U, NL>(L.w, rowb, rows, nxt < ntile ? nxt : ntile, blo, bhi, g, t, ra, rb);
+    rt_head_load<F, U, NL>(L.w, rowb, rows, (int64_t)(nxt < ntile ? nxt : ntile) * MT, blo, bhi, g, t, ra, rb);
     if (tid == 0) nxs[k & 1] = nxt < ntile && 2 * G + (int)tk < ntile ? 2 * G + (int)tk : ntile;
     __syncthreads();
-    if (warp == (k & 7) && lane < 16) { // one warp a tile, in turn: the tile's 16 rows
+    if (warp == (k & 7) && lane < 16 * MT) { // one warp a tile, in turn: the tile's rows
       float s = 0.0f;
 #pragma unroll
       for (int w = 0; w < 8; w++) s += red[k & 1][w][lane];
       const float y = s * post[0];
-      const int64_t r = (int64_t)cur * 16 + lane;
+      const int64_t r = (int64_t)cur * 16 * MT + lane;
       if (r < rows) {
         const unsigned long long key = rt_argmax_key(y, (uint32_t)r);
         mybest = key > mybest ? key : mybest;

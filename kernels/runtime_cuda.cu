@@ -86,6 +86,7 @@ struct gpu_session {
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
+  int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
@@ -325,6 +326,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
+  g->hmt = env_int("MTPQ_CUDA_HEAD_MT", 0);
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->plain = 0;
   if (const char *pl = getenv("MTPQ_CUDA_PLAIN"))
@@ -741,10 +743,14 @@ template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launc
   static head_state hs;
   const int64_t tiles = (m.rows + 15) / 16;
   if constexpr (NB == 1) {
-    if (g->hdyn) { // a block a tile at a time
-      static head_state hd;
-      go(g, true, k_head_dyn<F>, dim3(head_blocks(g, hd, k_head_dyn<F>, smem, tiles)), dim3(256), smem,
-         (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
+    if (g->hdyn) { // a block a tile of 16 MT rows at a time
+      static head_state h1, h2;
+      if ((g->hmt ? g->hmt : F == 1 ? 2 : 1) == 1) // (FP8: two m-tiles, so a warp has two batches a tile as at BF16)
+        go(g, true, k_head_dyn<F, 1>, dim3(head_blocks(g, h1, k_head_dyn<F, 1>, smem, tiles)), dim3(256), smem,
+           (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
+      else
+        go(g, true, k_head_dyn<F, 2>, dim3(head_blocks(g, h2, k_head_dyn<F, 2>, smem, (tiles + 1) / 2)), dim3(256),
+           smem, (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
       return;
     }
   }
