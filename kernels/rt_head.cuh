@@ -279,8 +279,13 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
 // takes more tiles, so the blocks end within about a tile of each other.
 // The block's warps meet once a tile: MT (m-tiles a tile) sets how many
 // batches of loads a warp has between meetings, so that one slow batch
-// does not hold seven warps each time. Same layout, pieces and sums as
-// k_head_mma (NB == 1).
+// does not hold seven warps each time (the host gives FP8 MT = 2: a warp
+// then has two batches a tile, as at BF16 with MT = 1). Same layout,
+// pieces and sums as k_head_mma (NB == 1). H200, 4K batch 1, dev us a
+// step (RESULTS.md, nineteenth round): stock 220.0-223.1 -> 213.2-216.6
+// (its head 147.6 -> 136.0-136.8 us after the wait, 4.55 TB/s); mtpq
+// 120.0-121.0 -> 119.9-120.7 at MT = 2, but 125.3-126.3 at MT = 1 (one
+// batch a warp between meetings).
 template <int F, int MT>
 __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_task *tasks, unsigned *q) {
   RT_TL_START();

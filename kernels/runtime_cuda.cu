@@ -707,7 +707,9 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 // head's weights through the bulk copy engine instead (16-row tiles in
 // shared memory, ~200 KB in flight per SM, all of the first requested before
 // the wait) measured no faster: 55.2 us under ncu against 55.5-57.5, the
-// step 136.9-137.7 vs 136.0 (twelfth round)
+// step 136.9-137.7 vs 136.0 (twelfth round). At one token the tiles now go
+// to the blocks on request (k_head_dyn, kernels/rt_head.cuh), which did move
+// the stock head: 147.6 -> 136 us (nineteenth round).
 #define RT_HEAD_SMEM (110 * 1024)
 
 // the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
@@ -743,7 +745,7 @@ template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launc
   static head_state hs;
   const int64_t tiles = (m.rows + 15) / 16;
   if constexpr (NB == 1) {
-    if (g->hdyn) { // a block a tile of 16 MT rows at a time
+    if (g->hdyn) { // a block a tile of 16 MT rows at a time (k_head_dyn: why, and what it gained)
       static head_state h1, h2;
       if ((g->hmt ? g->hmt : F == 1 ? 2 : 1) == 1) // (FP8: two m-tiles, so a warp has two batches a tile as at BF16)
         go(g, true, k_head_dyn<F, 1>, dim3(head_blocks(g, h1, k_head_dyn<F, 1>, smem, tiles)), dim3(256), smem,
