@@ -443,7 +443,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
   if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
   if (!st) st = dalloc(g, &g->hq, 2 * sizeof(unsigned), err);
-  if (!st && cudaMemset(g->hq, 0, 2 * sizeof(unsigned)) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
+  if (!st && cudaMemset(g->hq, 0, 2 * sizeof(unsigned)) != cudaSuccess)
+    st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
   static_assert(ST_SEQ >= ST_TOK + RT_NMAX * 4 && ST_POS >= ST_SEQ + RT_NMAX * 4 &&
                     ST_STEP >= ST_POS + RT_NMAX * 8 && ST_HID >= ST_STEP + 4 && ST_HID % 16 == 0,
                 "staging layout");

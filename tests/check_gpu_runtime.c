@@ -9,8 +9,9 @@
  * to 8 slots) within relative error 1e-5 of the CPU, and batched drafts of
  * 2, 3 and 5 sequences with different contexts (launches of 2, 4 and 8
  * tokens), then of one of them alone (the head at one token; the large
- * heads also with MTPQ_CUDA_HEAD_MMA=0, one also with MTPQ_CUDA_HEAD_DYN=0), giving the
- * CPU's tokens; one of them once more at contexts over 8K.
+ * heads also with MTPQ_CUDA_HEAD_MMA=0, one also with
+ * MTPQ_CUDA_HEAD_DYN=0), giving the CPU's tokens, and the head's logits for
+ * three hidden states; one of them once more at contexts over 8K.
  * MTPQ_GPU_SHAPES=0,4,7 (say) runs only those random shapes and leaves out
  * the 8K case ("long" names it): a short check of one kernel on the GPU
  * machine, whose calls are limited to 10 minutes.
