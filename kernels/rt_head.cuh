@@ -285,7 +285,8 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
 // step (RESULTS.md, nineteenth round): stock 220.0-223.1 -> 213.2-216.6
 // (its head 147.6 -> 136.0-136.8 us after the wait, 4.55 TB/s); mtpq
 // 120.0-121.0 -> 119.9-120.7 at MT = 2, but 125.3-126.3 at MT = 1 (one
-// batch a warp between meetings).
+// batch a warp between meetings, and 3 blocks an SM where MT = 2 has 2:
+// which of the two cost it was not separated).
 template <int F, int MT>
 __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_task *tasks, unsigned *q) {
   RT_TL_START();
