@@ -7,7 +7,8 @@
 # tree, the tree again); the per-block timeline of each drafter's last call
 # (tests/bench/timeline.py, the middle of its 3 steps), by default and with
 # each MTPQ_ROUND_TL_VARIANTS entry (as the rows'); with MTPQ_ROUND_TABLE=1
-# the 4K table at batch 1, 2, 4 and 8; last the gpu runtime tests
+# the table at batch 1, 2, 4 and 8 and contexts MTPQ_ROUND_CONTEXTS (default
+# "4096 32768"); last the gpu runtime tests
 # (MTPQ_ROUND_TESTS: random, the default: the random shapes
 # MTPQ_ROUND_SHAPES, default 0,4,7; all: the whole check_gpu_runtime; 0:
 # none). MTPQ_ROUND_SASS=REGEX: the disassembly of the matching kernels.
@@ -67,8 +68,9 @@ if [ -x build-tl/mtpq ]; then
 elif [ "${MTPQ_ROUND_TL:-1}" = 1 ]; then
   echo "timeline build failed"; tail -20 "$OUT/tl-build.txt"
 fi
-if [ "${MTPQ_ROUND_TABLE:-0}" = 1 ]; then # the 4K table, batch 1 to 8
-  timeout 200 ./build-gpu/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 --batch 1 \
+if [ "${MTPQ_ROUND_TABLE:-0}" = 1 ]; then # the table, batch 1 to 8, at MTPQ_ROUND_CONTEXTS (default 4K and 32K)
+  timeout 400 ./build-gpu/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 \
+    $(for c in ${MTPQ_ROUND_CONTEXTS:-4096 32768}; do echo --context $c; done) --batch 1 \
     --batch 2 --batch 4 --batch 8 --iters ${ITERS:-20} > "$OUT/table.txt" 2>&1
   cat "$OUT/table.txt"
 fi
