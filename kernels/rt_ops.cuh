@@ -67,6 +67,13 @@ __device__ float rt_block_max(float v) { // blockDim.x == 256
 // registers; they would take 255 and so an SM of their own)
 #define RT_NORM_MINB(NX) ((NX) ? 1 : 2)
 
+// A norm kernel's n: NX where the instance has one; and blockDim 256, so
+// that with n == NX the bounds checks fold
+template <int NX> __device__ __forceinline__ int rt_norm_n(int n) {
+  __builtin_assume(threadIdx.x < 256);
+  return NX ? NX : n;
+}
+
 // v[q] = x[tid + 256 q] for the n values (0 past n); with n a constant
 // (NX) nothing but the loads
 template <int NQ> __device__ __forceinline__ void rt_ld_row(const float *x, int n, float (&v)[NQ]) {
@@ -146,8 +153,7 @@ __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
   RT_TL_START();
   rt_trigger();
   constexpr int NQ = RT_NQX(NX);
-  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
-  if (NX) H = NX;
+  H = rt_norm_n<NX>(H);
   const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
   rt_prefetch_regions(reg, nreg, gt, stride);
   float w1[NQ]; // this block's norm weights (block y 0: the embedding's, 1: the hidden state's)
@@ -198,8 +204,7 @@ __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
   RT_TL_START();
   rt_trigger();
   constexpr int NQ = RT_NQX(NX);
-  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
-  if (NX) n = NX;
+  n = rt_norm_n<NX>(n);
   float w1[NQ];
   rt_norm_w(w, n, w1);
   rt_wait();
@@ -528,8 +533,7 @@ template <int NX> __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
   RT_TL_START();
   rt_trigger();
   constexpr int NQ = RT_NQX(NX);
-  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
-  if (NX) n = NX;
+  n = rt_norm_n<NX>(n);
   float w1[NQ];
   rt_norm_w(w, n, w1);
   rt_wait();
@@ -746,8 +750,7 @@ __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
   RT_TL_START();
   rt_trigger();
   constexpr int NQ = RT_NQX(NX);
-  __builtin_assume(threadIdx.x < 256); // (blockDim 256: with n == NX the bounds checks fold)
-  if (NX) n = NX;
+  n = rt_norm_n<NX>(n);
   float w1[NQ];
   rt_norm_w(w, n, w1);
   rt_wait();

@@ -742,21 +742,23 @@ static unsigned head_blocks(gpu_session *g, head_state &hs, void (*k)(A...), siz
   return (unsigned)(blocks < cap ? blocks : cap);
 }
 
-template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+// k_head_dyn: a block a tile of 16 MT rows at a time (there: why, and what it gained)
+template <int F, int MT> static void head_dyn_run(gpu_session *g, const mv_launch &m, size_t smem) {
   static head_state hs;
-  const int64_t tiles = (m.rows + 15) / 16;
+  const int64_t tiles = (m.rows + 16 * MT - 1) / (16 * MT);
+  go(g, true, k_head_dyn<F, MT>, dim3(head_blocks(g, hs, k_head_dyn<F, MT>, smem, tiles)), dim3(256), smem,
+     (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
+}
+
+template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   if constexpr (NB == 1) {
-    if (g->hdyn) { // a block a tile of 16 MT rows at a time (k_head_dyn: why, and what it gained)
-      static head_state h1, h2;
-      if ((g->hmt ? g->hmt : F == 1 ? 2 : 1) == 1) // (FP8: two m-tiles, so a warp has two batches a tile as at BF16)
-        go(g, true, k_head_dyn<F, 1>, dim3(head_blocks(g, h1, k_head_dyn<F, 1>, smem, tiles)), dim3(256), smem,
-           (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
-      else
-        go(g, true, k_head_dyn<F, 2>, dim3(head_blocks(g, h2, k_head_dyn<F, 2>, smem, (tiles + 1) / 2)), dim3(256),
-           smem, (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
+    if (g->hdyn) { // (FP8: two m-tiles, so that a warp has two batches a tile, as at BF16)
+      (g->hmt ? g->hmt : F == 1 ? 2 : 1) == 1 ? head_dyn_run<F, 1>(g, m, smem) : head_dyn_run<F, 2>(g, m, smem);
       return;
     }
   }
+  static head_state hs;
+  const int64_t tiles = (m.rows + 15) / 16;
   go(g, true, k_head_mma<F, NB>, dim3(head_blocks(g, hs, k_head_mma<F, NB>, smem, (tiles + 7) / 8)), dim3(256), smem,
      (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
 }
