@@ -91,7 +91,7 @@ struct gpu_session {
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
   int launch_i;           // the step's launches so far (enqueue_step resets it)
-  int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4, 8)
+  int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4 (the default), 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
                           // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
   int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
@@ -323,7 +323,10 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->flat = env_on("MTPQ_CUDA_FLAT");
-  g->splitk = env_int("MTPQ_CUDA_SPLITK", 8);
+  // 4, not 8: H200, 4K batch 1, mtpq 119.5-119.9 -> 116.5-116.9 us a step,
+  // stock 213.2-213.7 -> 211.8-212.2 (same machine, rows alternating;
+  // tests/bench/RESULTS.md, twentieth round)
+  g->splitk = env_int("MTPQ_CUDA_SPLITK", 4);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
   g->hmt = env_int("MTPQ_CUDA_HEAD_MT", 0);
@@ -613,8 +616,9 @@ template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session
 // experts' down, the router, the shared expert's gate/up): instead, sets of
 // S rows, each shared by S warps (k_mv's S = R): the same blocks and the
 // same weight loads per warp, but each band of x a warp loads serves S rows.
-// S: the most of 8, 4, 2 that leaves no warp without a (term, band) group;
-// false where this does not apply (MTPQ_CUDA_SPLITK caps S: 0 or 1 none).
+// S: the most of 8, 4, 2 up to MTPQ_CUDA_SPLITK (default 4; 0 or 1 none)
+// that leaves no warp without a (term, band) group; false where this does
+// not apply.
 // 4K batch 1 on the H200: 150.5 -> 144.6 us, fc and o 9.7 -> 7.5 us, the
 // experts' down 12.1 -> 10.0 under ncu (tests/bench/RESULTS.md)
 template <int NB, int R, int S> static void mv_split_run(gpu_session *g, const mv_launch &m) {

@@ -184,10 +184,11 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   }
   ck_assert_msg(lworst < 1e-5, "%s: head logits relative error %.3g", drafter ? drafter : target, lworst);
   free(lc), free(lg);
-  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA"), *hd = getenv("MTPQ_CUDA_HEAD_DYN");
-  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_HEAD_DYN=%s): prefill relative error %.3g; batched drafts %d/%d "
-         "tokens equal, one-sequence drafts %d/%d, head logits relative error %.3g\n", drafter ? drafter : target,
-         hm ? hm : "default", hd ? hd : "default", worst, same, all, same1, STEPS, lworst);
+  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA"), *hd = getenv("MTPQ_CUDA_HEAD_DYN"), *sk = getenv("MTPQ_CUDA_SPLITK");
+  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_HEAD_DYN=%s, MTPQ_CUDA_SPLITK=%s): prefill relative error %.3g; "
+         "batched drafts %d/%d tokens equal, one-sequence drafts %d/%d, head logits relative error %.3g\n",
+         drafter ? drafter : target, hm ? hm : "default", hd ? hd : "default", sk ? sk : "default", worst, same, all,
+         same1, STEPS, lworst);
   ck_assert_int_eq(same, all);
   ck_assert_int_eq(same1, STEPS);
   free(h), free(oc), free(og);
@@ -198,8 +199,10 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
 /* compare_random with the default heads (on tensor cores where it applies,
  * cols % 64 == 0: k_head_dyn at one token, k_head_mma at 2..8), then with
  * others' bit 1 with MTPQ_CUDA_HEAD_MMA=0 (the head on k_mv's FFMA path at
- * every token count) and with bit 2 with MTPQ_CUDA_HEAD_DYN=0 (k_head_mma
- * at one token too) */
+ * every token count), with bit 2 with MTPQ_CUDA_HEAD_DYN=0 (k_head_mma
+ * at one token too) and with bit 4 with MTPQ_CUDA_SPLITK=8 (row sets of 8
+ * shared by 8 warps where a product has 8 bands or more: the default caps
+ * them at 4) */
 static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int others) {
   compare_random(target, drafter, ctx0);
   if (others & 1) {
@@ -211,6 +214,11 @@ static void compare_random_heads(const char *target, const char *drafter, int64_
     setenv("MTPQ_CUDA_HEAD_DYN", "0", 1);
     compare_random(target, drafter, ctx0);
     unsetenv("MTPQ_CUDA_HEAD_DYN");
+  }
+  if (others & 4) {
+    setenv("MTPQ_CUDA_SPLITK", "8", 1);
+    compare_random(target, drafter, ctx0);
+    unsetenv("MTPQ_CUDA_SPLITK");
   }
 }
 
@@ -255,7 +263,8 @@ START_TEST(test_random_shapes) {
                                  per warp on k_mv when written; now on the tensor cores, k_head_mma) */
                               {64, 16, 480, 4, 2, 16, 9000, 1},
                               /* at one token, 2 or more bands of x in every product: row sets shared by
-                                 warps (k_mv S: fc 4 bands, S = 4; o 8 bands, S = 8), q/k/v of 9,216 FP8 rows
+                                 warps (k_mv S: fc 4 bands, S = 4; o 8 bands, S = 4, or 8 under
+                                 MTPQ_CUDA_SPLITK=8), q/k/v of 9,216 FP8 rows
                                  at 5 a warp, routed gate/up pairs of 1,024 rows at 6 and the 11,334-row
                                  reduced FP8 head (k_head_mma at one token, k_mv at 2..8) */
                               {1024, 16, 512, 16, 2, 256, 34000, 1},
@@ -275,8 +284,9 @@ START_TEST(test_random_shapes) {
     gen_target(dir, sh[k][0], sh[k][1], sh[k][2], sh[k][3], sh[k][4], sh[k][5], sh[k][6], (int)k + 7);
     /* the three large heads (r5-r7; r8 to r10 after them, small, too): also with k_head_mma off; r5's
        (20,000 and 60,000 rows, 3,750 16-row tiles, several a warp) also with k_head_dyn off: r7's
-       passes take ~55 s each on the CPU side, r5's a few */
-    const int others = k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0;
+       passes take ~55 s each on the CPU side, r5's a few; r4 (o: 8 bands) and r10 (fc: 8 bands) also
+       with 8-warp row sets */
+    const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0);
     compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
