@@ -196,14 +196,14 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   mtpq_drafter_close(d);
 }
 
-/* compare_random with the default heads (on tensor cores where it applies,
+/* compare_random with the defaults (the heads on tensor cores where it applies,
  * cols % 64 == 0: k_head_dyn at one token, k_head_mma at 2..8), then with
  * others' bit 1 with MTPQ_CUDA_HEAD_MMA=0 (the head on k_mv's FFMA path at
  * every token count), with bit 2 with MTPQ_CUDA_HEAD_DYN=0 (k_head_mma
  * at one token too) and with bit 4 with MTPQ_CUDA_SPLITK=8 (row sets of 8
  * shared by 8 warps where a product has 8 bands or more: the default caps
  * them at 4) */
-static void compare_random_heads(const char *target, const char *drafter, int64_t ctx0, int others) {
+static void compare_random_knobs(const char *target, const char *drafter, int64_t ctx0, int others) {
   compare_random(target, drafter, ctx0);
   if (others & 1) {
     setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
@@ -287,7 +287,7 @@ START_TEST(test_random_shapes) {
        passes take ~55 s each on the CPU side, r5's a few; r4 (o: 8 bands) and r10 (fc: 8 bands) also
        with 8-warp row sets */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0);
-    compare_random_heads(dir, NULL, 21 + 9 * (int64_t)k, others);
+    compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
     struct mtpq_err err = {0};
@@ -308,7 +308,7 @@ START_TEST(test_random_shapes) {
     struct mtpq_plan *pl = NULL;
     ck_assert_msg(!mtpq_drafter_plan(&p, &pl, &err) && !mtpq_drafter_write(&p, pl, NULL, NULL, &err), "%s", err.msg);
     mtpq_plan_free(pl);
-    compare_random_heads(dir, q, 30 + 5 * (int64_t)k, others);
+    compare_random_knobs(dir, q, 30 + 5 * (int64_t)k, others);
   }
   /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
      rounds (one 16-wide head: the CPU's prefill of 5 x 8K positions is cheap) */
