@@ -105,6 +105,17 @@ END_TEST
 
 static char *scratch;
 
+/* the switches compare_random_knobs passes run under, bit k of its others
+ * for knobs[k]; compare_random prints each one's value */
+static const struct {
+  const char *var, *val;
+} knobs[] = {
+    {"MTPQ_CUDA_HEAD_MMA", "0"}, /* the head on k_mv's FFMA path at every token count */
+    {"MTPQ_CUDA_HEAD_DYN", "0"}, /* k_head_mma at one token too */
+    {"MTPQ_CUDA_SPLITK", "8"},   /* row sets of 8 shared by 8 warps where a product has 8 bands or more (default 4) */
+};
+#define NKNOB (sizeof knobs / sizeof knobs[0])
+
 /* one random target: prefill + batched drafts (5, 3 and 2 sequences: the
  * launches of 8, 4 and 2 tokens), CPU vs CUDA */
 static void compare_random(const char *target, const char *drafter, int64_t ctx0) {
@@ -184,11 +195,13 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   }
   ck_assert_msg(lworst < 1e-5, "%s: head logits relative error %.3g", drafter ? drafter : target, lworst);
   free(lc), free(lg);
-  const char *hm = getenv("MTPQ_CUDA_HEAD_MMA"), *hd = getenv("MTPQ_CUDA_HEAD_DYN"), *sk = getenv("MTPQ_CUDA_SPLITK");
-  printf("%s (MTPQ_CUDA_HEAD_MMA=%s, MTPQ_CUDA_HEAD_DYN=%s, MTPQ_CUDA_SPLITK=%s): prefill relative error %.3g; "
-         "batched drafts %d/%d tokens equal, one-sequence drafts %d/%d, head logits relative error %.3g\n",
-         drafter ? drafter : target, hm ? hm : "default", hd ? hd : "default", sk ? sk : "default", worst, same, all,
-         same1, STEPS, lworst);
+  printf("%s (", drafter ? drafter : target);
+  for (size_t k = 0; k < NKNOB; k++) {
+    const char *v = getenv(knobs[k].var);
+    printf("%s%s=%s", k ? ", " : "", knobs[k].var, v ? v : "default");
+  }
+  printf("): prefill relative error %.3g; batched drafts %d/%d tokens equal, one-sequence drafts %d/%d, head logits "
+         "relative error %.3g\n", worst, same, all, same1, STEPS, lworst);
   ck_assert_int_eq(same, all);
   ck_assert_int_eq(same1, STEPS);
   free(h), free(oc), free(og);
@@ -197,29 +210,16 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
 }
 
 /* compare_random with the defaults (the heads on tensor cores where it applies,
- * cols % 64 == 0: k_head_dyn at one token, k_head_mma at 2..8), then with
- * others' bit 1 with MTPQ_CUDA_HEAD_MMA=0 (the head on k_mv's FFMA path at
- * every token count), with bit 2 with MTPQ_CUDA_HEAD_DYN=0 (k_head_mma
- * at one token too) and with bit 4 with MTPQ_CUDA_SPLITK=8 (row sets of 8
- * shared by 8 warps where a product has 8 bands or more: the default caps
- * them at 4) */
+ * cols % 64 == 0: k_head_dyn at one token, k_head_mma at 2..8), then once
+ * with each knob whose bit is set in others (knobs[]) */
 static void compare_random_knobs(const char *target, const char *drafter, int64_t ctx0, int others) {
   compare_random(target, drafter, ctx0);
-  if (others & 1) {
-    setenv("MTPQ_CUDA_HEAD_MMA", "0", 1);
-    compare_random(target, drafter, ctx0);
-    unsetenv("MTPQ_CUDA_HEAD_MMA");
-  }
-  if (others & 2) {
-    setenv("MTPQ_CUDA_HEAD_DYN", "0", 1);
-    compare_random(target, drafter, ctx0);
-    unsetenv("MTPQ_CUDA_HEAD_DYN");
-  }
-  if (others & 4) {
-    setenv("MTPQ_CUDA_SPLITK", "8", 1);
-    compare_random(target, drafter, ctx0);
-    unsetenv("MTPQ_CUDA_SPLITK");
-  }
+  for (size_t k = 0; k < NKNOB; k++)
+    if (others & 1 << k) {
+      setenv(knobs[k].var, knobs[k].val, 1);
+      compare_random(target, drafter, ctx0);
+      unsetenv(knobs[k].var);
+    }
 }
 
 /* whether MTPQ_GPU_SHAPES (a comma-separated list of shape indices and
