@@ -74,11 +74,16 @@ template <int NX> __device__ __forceinline__ int rt_norm_n(int n) {
   return NX ? NX : n;
 }
 
-// v[q] = x[tid + 256 q] for the n values (0 past n); with n a constant
-// (NX) nothing but the loads
-template <int NQ> __device__ __forceinline__ void rt_ld_row(const float *x, int n, float (&v)[NQ]) {
+// a row element as float: float as is, a BF16 value (its 16 bits) widened
+__device__ __forceinline__ float rt_f32(float x) { return x; }
+__device__ __forceinline__ float rt_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+// v[q] = x[tid + 256 q] for the n values (0 past n), x float or BF16 bits;
+// the addresses clamped and the values selected after all the loads, so
+// that with n a constant (NX) there is nothing but the loads between them
+template <int NQ, typename T> __device__ __forceinline__ void rt_ld_row(const T *x, int n, float (&v)[NQ]) {
 #pragma unroll
-  for (int q = 0; q < NQ; q++) v[q] = x[min((int)threadIdx.x + 256 * q, n - 1)];
+  for (int q = 0; q < NQ; q++) v[q] = rt_f32(x[min((int)threadIdx.x + 256 * q, n - 1)]);
 #pragma unroll
   for (int q = 0; q < NQ; q++) v[q] = (int)threadIdx.x + 256 * q < n ? v[q] : 0.0f;
 }
@@ -182,16 +187,7 @@ __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
   }
   const uint16_t *e = reinterpret_cast<const uint16_t *>(embed) + (int64_t)tok[t] * H;
   float v[NQ];
-#pragma unroll
-  for (int q = 0; q < NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    v[q] = __uint_as_float((uint32_t)e[min(i, H - 1)] << 16); // (clamped, not predicated: see rt_ld_row)
-  }
-#pragma unroll
-  for (int q = 0; q < NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    v[q] = i < H ? v[q] : 0.0f;
-  }
+  rt_ld_row(e, H, v);
   RT_TL_MID(1, rt_tl_dep(v)); // the embedding row landed
   rt_zcnorm_regs(v, w1, H, eps, c + (int64_t)t * 2 * H);
   if (threadIdx.x == 0) best[t] = 0;
