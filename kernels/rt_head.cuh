@@ -124,6 +124,14 @@ __device__ __forceinline__ void rt_head_band(const uint4 (&ra)[NL], const uint4 
   }
 }
 
+// At one token: the warp's sums of its rows g (s0) and g + 8 (s8) in lane
+// (g, 0), from the MMA's accumulators (column 0 and 1 in lane (g, 0),
+// column 2 in lane (g, 1): token 0's three pieces)
+__device__ __forceinline__ void rt_head_rowsums(const float (&acc)[4], int t, float &s0, float &s8) {
+  const float v0 = t == 0 ? acc[0] + acc[1] : acc[0], v8 = t == 0 ? acc[2] + acc[3] : acc[2];
+  s0 = v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1), s8 = v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1);
+}
+
 // Each of the task's nb tokens' x as three pieces of x * 2^s in shared
 // memory (pc: 3 nb planes of cols + 16 halves; s per token, so that the
 // largest |x| lies in [2^14, 2^15)), and post[j] = ls * 2^-s, the factor of
@@ -201,10 +209,9 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
         if (b0 + u < nband) rt_head_band<F, NT, NL>(ra[u], rb[u], pc, ps, plane, b0 + u, t, acc);
     }
     if constexpr (NB == 1) {
-      // row g: columns 0 and 1 in lane (g, 0), column 2 in lane (g, 1) (acc[0], acc[1]); row g + 8: acc[2], acc[3]
-      const float v0 = t == 0 ? acc[0][0] + acc[0][1] : acc[0][0], v8 = t == 0 ? acc[0][2] + acc[0][3] : acc[0][2];
-      const float y0 = (v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1)) * post[0];
-      const float y8 = (v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1)) * post[0];
+      float y0, y8;
+      rt_head_rowsums(acc[0], t, y0, y8);
+      y0 *= post[0], y8 *= post[0];
       if (t == 0) {
         const int64_t r = tile * 16 + g;
         if (r < rows) {
@@ -329,9 +336,8 @@ __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_t
         for (int u = 0; u < U; u++)
           if (b0 + u < bhi) rt_head_band<F, 1, NL>(ra[u], rb[u], pc, ps, plane, b0 + u, t, acc);
       }
-      // the warp's sums of rows g and g + 8 (k_head_mma's NB == 1 shuffle) for the block's sum
-      const float v0 = t == 0 ? acc[0][0] + acc[0][1] : acc[0][0], v8 = t == 0 ? acc[0][2] + acc[0][3] : acc[0][2];
-      const float s0 = v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1), s8 = v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1);
+      float s0, s8; // the warp's sums of rows g and g + 8, for the block's sum
+      rt_head_rowsums(acc[0], t, s0, s8);
       if (t == 0) red[k & 1][warp][16 * m + g] = s0, red[k & 1][warp][16 * m + g + 8] = s8;
     }
     // the next tile's first loads before the barrier, so that none of the block's warps waits in it idle
