@@ -3,10 +3,11 @@
 # tree (build-gpu), each alt/NAME tree (tests/bench/alt_trees.sh) and, with
 # MTPQ_ROUND_TL=1 (the default), the working tree with -DMTPQ_CUDA_TIMELINE=ON
 # (build-tl), all at once. Then: 4K batch-1 rows (dev_row: the tree, each alt
-# tree, each MTPQ_ROW_VARIANTS entry LABEL:VAR=VALUE[,VAR=VALUE...] on the
-# tree, the tree again); the per-block timeline of each drafter's last call
+# tree (and at each context of MTPQ_ROUND_ALT_CTX), each MTPQ_ROW_VARIANTS entry LABEL:VAR=VALUE[,VAR=VALUE...] on the
+# tree (CTX=N: at context N), the tree again); the per-block timeline of each drafter's last call
 # (tests/bench/timeline.py, the middle of its 3 steps), by default and with
-# each MTPQ_ROUND_TL_VARIANTS entry (as the rows'); with MTPQ_ROUND_TABLE=1
+# each MTPQ_ROUND_TL_VARIANTS entry (as the rows', where CTX=N sets the
+# context, default 4096); with MTPQ_ROUND_TABLE=1
 # the table at batch 1, 2, 4 and 8 and contexts MTPQ_ROUND_CONTEXTS (default
 # "4096 32768"); last the gpu runtime tests
 # (MTPQ_ROUND_TESTS: random, the default: the random shapes
@@ -46,21 +47,26 @@ if [ -n "${MTPQ_ROUND_SASS:-}" ]; then
 fi
 dev_row ./build-gpu tree
 for name in "${names[@]}"; do
-  if [ -x "/tmp/alt-$name/build-gpu/mtpq" ]; then dev_row "/tmp/alt-$name/build-gpu" "$name"
+  if [ -x "/tmp/alt-$name/build-gpu/mtpq" ]; then
+    dev_row "/tmp/alt-$name/build-gpu" "$name"
+    for c in ${MTPQ_ROUND_ALT_CTX:-}; do CTX=$c dev_row "/tmp/alt-$name/build-gpu" "$name-$c"; done
   else echo "$name: build failed"; tail -20 "$OUT/alt-$name-build.txt"; fi
 done
-for v in ${MTPQ_ROW_VARIANTS:-}; do
-  dev_row ./build-gpu "${v%%:*}" $(echo "${v#*:}" | tr ',' ' ')
+for v in ${MTPQ_ROW_VARIANTS:-}; do # (CTX=N: the row's context, not a variable)
+  venv=$(echo "${v#*:}" | tr ',' '\n')
+  CTX=$(echo "$venv" | sed -n 's/^CTX=//p') dev_row ./build-gpu "${v%%:*}" $(echo "$venv" | grep -v '^CTX=')
 done
 dev_row ./build-gpu tree-again
 if [ -x build-tl/mtpq ]; then
   for tv in default ${MTPQ_ROUND_TL_VARIANTS:-}; do # LABEL:VAR=VALUE[,VAR=VALUE...] as MTPQ_ROW_VARIANTS
     tenv=$([ "$tv" = default ] || echo "${tv#*:}" | tr ',' ' ')
     tl=$([ "$tv" = default ] || echo "-${tv%%:*}")
+    ctx=$(echo "$tenv" | tr ' ' '\n' | sed -n 's/^CTX=//p') # CTX=N: the context (default 4096), not a variable
+    tenv=$(echo "$tenv" | tr ' ' '\n' | grep -v '^CTX=' | tr '\n' ' ')
     for who in stock mtpq; do
       f=$OUT/tl-$who$tl.csv
       env $tenv MTPQ_CUDA_TL_FILE=$f ./build-tl/mtpq bench-step --backend cuda --target $T \
-        $([ $who = mtpq ] && echo --drafter /tmp/q80) --context 4096 --iters 5 > "$OUT/tl-$who$tl-run.txt" 2>&1
+        $([ $who = mtpq ] && echo --drafter /tmp/q80) --context ${ctx:-4096} --iters 5 > "$OUT/tl-$who$tl-run.txt" 2>&1
       echo "== timeline$tl, $who: $(grep -E '^(stock|/tmp/q80)' "$OUT/tl-$who$tl-run.txt" | tail -1)"
       python3 tests/bench/timeline.py "$f" - 3 1
     done
