@@ -52,21 +52,28 @@ for name in "${names[@]}"; do
     for c in ${MTPQ_ROUND_ALT_CTX:-}; do CTX=$c dev_row "/tmp/alt-$name/build-gpu" "$name-$c"; done
   else echo "$name: build failed"; tail -20 "$OUT/alt-$name-build.txt"; fi
 done
-for v in ${MTPQ_ROW_VARIANTS:-}; do # (CTX=N: the row's context, not a variable)
-  venv=$(echo "${v#*:}" | tr ',' '\n')
-  CTX=$(echo "$venv" | sed -n 's/^CTX=//p') dev_row ./build-gpu "${v%%:*}" $(echo "$venv" | grep -v '^CTX=')
+# a variant's VAR=VALUE[,VAR=VALUE...]: its CTX=N (the context; empty: 4K)
+# in vctx, the variables in venv (space-separated)
+variant_env() {
+  local l
+  l=$(echo "$1" | tr ',' '\n')
+  vctx=$(echo "$l" | sed -n 's/^CTX=//p')
+  venv=$(echo "$l" | grep -v '^CTX=' | tr '\n' ' ')
+}
+for v in ${MTPQ_ROW_VARIANTS:-}; do
+  variant_env "${v#*:}"
+  CTX=$vctx dev_row ./build-gpu "${v%%:*}" $venv
 done
 dev_row ./build-gpu tree-again
 if [ -x build-tl/mtpq ]; then
   for tv in default ${MTPQ_ROUND_TL_VARIANTS:-}; do # LABEL:VAR=VALUE[,VAR=VALUE...] as MTPQ_ROW_VARIANTS
-    tenv=$([ "$tv" = default ] || echo "${tv#*:}" | tr ',' ' ')
+    vctx= venv=
+    [ "$tv" = default ] || variant_env "${tv#*:}"
     tl=$([ "$tv" = default ] || echo "-${tv%%:*}")
-    ctx=$(echo "$tenv" | tr ' ' '\n' | sed -n 's/^CTX=//p') # CTX=N: the context (default 4096), not a variable
-    tenv=$(echo "$tenv" | tr ' ' '\n' | grep -v '^CTX=' | tr '\n' ' ')
     for who in stock mtpq; do
       f=$OUT/tl-$who$tl.csv
-      env $tenv MTPQ_CUDA_TL_FILE=$f ./build-tl/mtpq bench-step --backend cuda --target $T \
-        $([ $who = mtpq ] && echo --drafter /tmp/q80) --context ${ctx:-4096} --iters 5 > "$OUT/tl-$who$tl-run.txt" 2>&1
+      env $venv MTPQ_CUDA_TL_FILE=$f ./build-tl/mtpq bench-step --backend cuda --target $T \
+        $([ $who = mtpq ] && echo --drafter /tmp/q80) --context ${vctx:-4096} --iters 5 > "$OUT/tl-$who$tl-run.txt" 2>&1
       echo "== timeline$tl, $who: $(grep -E '^(stock|/tmp/q80)' "$OUT/tl-$who$tl-run.txt" | tail -1)"
       python3 tests/bench/timeline.py "$f" - 3 1
     done
