@@ -3,14 +3,14 @@
 # tree (build-gpu), each alt/NAME tree (tests/bench/alt_trees.sh) and, with
 # MTPQ_ROUND_TL=1 (the default), the working tree with -DMTPQ_CUDA_TIMELINE=ON
 # (build-tl), all at once. Then: 4K batch-1 rows (dev_row: the tree, each alt
-# tree (and at each context of MTPQ_ROUND_ALT_CTX), each MTPQ_ROW_VARIANTS entry LABEL:VAR=VALUE[,VAR=VALUE...] on the
-# tree (CTX=N: at context N), the tree again); the per-block timeline of each drafter's last call
+# tree (and at each context of MTPQ_ROUND_ALT_CTX), each MTPQ_ROW_VARIANTS
+# entry LABEL:VAR=VALUE[,VAR=VALUE...] on the tree (CTX=N: at context N), the
+# tree again); the per-block timeline of each drafter's last call
 # (tests/bench/timeline.py, the middle of its 3 steps), by default and with
 # each MTPQ_ROUND_TL_VARIANTS entry (as the rows', where CTX=N sets the
-# context, default 4096); with MTPQ_ROUND_TABLE=1
-# the table at batch 1, 2, 4 and 8 and contexts MTPQ_ROUND_CONTEXTS (default
-# "4096 32768"); last the gpu runtime tests
-# (MTPQ_ROUND_TESTS: random, the default: the random shapes
+# context, default 4096); with MTPQ_ROUND_TABLE=1 the table at batch 1, 2, 4
+# and 8 and contexts MTPQ_ROUND_CONTEXTS (default "4096 32768"); last the gpu
+# runtime tests (MTPQ_ROUND_TESTS: random, the default: the random shapes
 # MTPQ_ROUND_SHAPES, default 0,4,7; all: the whole check_gpu_runtime; 0:
 # none). MTPQ_ROUND_SASS=REGEX: the disassembly of the matching kernels.
 # Everything it writes is packed into $OUT/round.tgz but its summary,
