@@ -170,8 +170,10 @@ __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
     int64_t used = 0;
     for (int t = 0; t < n; t++) {
       const int64_t p = pos[t], lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
-      const int64_t b = (p - lo) * KV * 4, at = ((int64_t)seq[t] * max_pos + lo) * KV;
-      if (b <= 0 || used + 2 * b > kv_budget) break;
+      const int64_t at = ((int64_t)seq[t] * max_pos + lo) * KV;
+      int64_t b = (p - lo) * KV * 4;
+      if (used + 2 * b > kv_budget) b = (kv_budget - used) / 2; // the first rows (the first splits' blocks start first)
+      if (b <= 0) break;
       used += 2 * b;
       kv[nkv++] = pf_region{reinterpret_cast<const uint8_t *>(kc + at), b};
       kv[nkv++] = pf_region{reinterpret_cast<const uint8_t *>(vc + at), b};
@@ -260,35 +262,58 @@ __device__ __forceinline__ void rt_cp16(float *dst, const float *src) {
 }
 
 __device__ __forceinline__ void rt_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
-// Shared memory of k_attn, in floats: query heads, the split's K and V rows
-// (each padded by 4 floats so that 8 lanes reading 8 rows at one column hit
-// distinct banks), scores
-__host__ __device__ inline int64_t rt_attn_smem(int G, int D) {
-  return (int64_t)G * D + 2 * (int64_t)RT_CS * (D + 4) + (int64_t)G * RT_CS;
+__device__ __forceinline__ void rt_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// until at most N of this thread's committed groups are still in flight
+template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// grid (splits, Nkv, tokens), 256 threads, rt_attn_smem floats of shared
-// memory, D % 4 == 0: the G = Nq/Nkv query heads of KV head g over positions
-// [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised output per
-// head (flash-decoding; k_attn_combine merges the splits). The block copies
-// the K and V rows earlier launches cached to shared memory asynchronously,
-// all at once, before it waits on the kernels before it (earlier steps
-// wrote them). After the wait its warps norm and rope the query heads and
-// the rows of this launch (from the first position of the token's sequence
-// in it: a chunk of a sequence's positions sees its own earlier tokens),
-// keys from k (norm + RoPE, as the cache holds them) and values from v, and
-// the block of the row's own token writes them to the cache for later steps
-// (the separate k_kv kernel before did; the same function, so the same
-// bits). A thread then scores one (head, row) pair (k_attn<8, 256>: a warp
-// a part of the head dimension, see there), and one output column of every
-// head.
+// Stages of k_attn's ring (RING 1): the splits a block copies ahead of the
+// one it scores
+#define RT_ATTN_NS 3
+
+// Shared memory of k_attn, in floats: query heads, (RING at G = 8, D = 256:
+// the 8 warps' partial scores, which otherwise meet in the query heads' place),
+// the split's K and V rows (RING 1: RT_ATTN_NS splits'; each row padded by 4
+// floats so that 8 lanes reading 8 rows at one column hit distinct banks),
+// scores
+__host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
+  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) +
+         (ring == 1 ? RT_ATTN_NS : 1) * 2 * (int64_t)RT_CS * (D + 4) + (int64_t)G * RT_CS;
+}
+
+// grid (X, Nkv, tokens), 256 threads, rt_attn_smem floats of shared memory,
+// D % 4 == 0: the G = Nq/Nkv query heads of KV head g over the positions of
+// split s, [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised
+// output per head (flash-decoding; k_attn_combine merges the splits). RING
+// 0: X covers the splits, a block scores split blockIdx.x. RING 1 and 2: a
+// block scores splits blockIdx.x, + X, + 2X, ... of those the token attends
+// to, one after another (at long contexts a block per split left its SM
+// without loads in flight while it scored: tests/bench/RESULTS.md,
+// twenty-first round): RING 1 (one block an SM) with the next
+// RT_ATTN_NS - 1 splits' rows in flight into a ring of shared memory while it
+// scores one, RING 2 (two blocks an SM, one split's room each) with the next
+// split's keys copying while it weights this one's values, and the next
+// split's values while it scores those keys; each split's arithmetic is the
+// same, so the same partials. The block copies the K and V rows earlier
+// launches cached to shared memory asynchronously (RING 1: its first
+// RT_ATTN_NS splits') before it waits on the kernels before it (earlier
+// steps wrote them). After the wait its warps norm and rope the query heads
+// and the rows of this launch (from the first position of the token's
+// sequence in it: a chunk of a sequence's positions sees its own earlier
+// tokens), keys from k (norm + RoPE, as the cache holds them) and values
+// from v, and the block of the row's own token writes them to the cache for
+// later steps (the separate k_kv kernel before did; the same function, so
+// the same bits). A thread then scores one (head, row) pair (k_attn<8, 256>:
+// a warp a part of the head dimension, see there), and one output column of
+// every head.
 // GT, DT: G and D as compile-time constants (0: read from the arguments);
 // the constant instantiation has its loops unrolled and its per-head tests
-// and divisions folded away, and is held to 3 blocks per SM (as many as its
-// shared memory allows at D = 256; it fits 80 registers without spills).
-template <int GT, int DT>
-__global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
+// and divisions folded away, and (RING 0) is held to 3 blocks per SM (as
+// many as its shared memory allows at D = 256; it fits 80 registers without
+// spills).
+template <int GT, int DT, int RING>
+__global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 1) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
                                               const int64_t *pos, const int *seq, int n_tok, int64_t max_pos,
                                               int window, const float *nq, const float *nk, float eps,
                                               const float *kk, const float *vv, float *kc, float *vc, int nsplit,
@@ -296,160 +321,222 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
-  const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, sp = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
+  constexpr int NS = RING == 1 ? RT_ATTN_NS : 1;
+  const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, g = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 4;
-  float *qs = sm, *ks = qs + G * D, *vs = ks + RT_CS * DP, *ss = vs + RT_CS * DP;
+  constexpr bool RED = RING && GT == 8 && DT == 256; // the partial scores' own place
+  float *qs = sm, *red = RED ? qs + G * D : qs, *ring = RED ? red + 2048 : qs + G * D;
+  const int stage = 2 * RT_CS * DP;
+  float *ss = ring + NS * stage;
   const int64_t p = pos[t], KV = (int64_t)Nkv * D; // pos and seq change between steps only
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
-  int64_t p0 = (int64_t)sp * RT_CS, p1 = p0 + RT_CS;
-  if (p0 < lo) p0 = lo;
-  if (p1 > p + 1) p1 = p + 1;
-  if (p0 >= p1) { RT_TL_END(); return; }
-  const int n = (int)(p1 - p0), sq_ = seq[t];
+  // this block's splits: first, first + X, ... up to the split of p
+  const int X = gridDim.x, s_lo = (int)(lo / RT_CS), s_hi = (int)(p / RT_CS);
+  int first = blockIdx.x, count = 1;
+  if (RING) {
+    if (first < s_lo) first += (s_lo - first + X - 1) / X * X;
+    count = first <= s_hi ? (s_hi - first) / X + 1 : 0;
+  } else if (first < s_lo || first > s_hi) {
+    RT_TL_END();
+    return;
+  }
+  if (count == 0) { RT_TL_END(); return; }
+  const int sq_ = seq[t];
   int64_t fresh = p; // the first position of this sequence written by this launch
   for (int u = 0; u < n_tok; u++)
     if (seq[u] == sq_ && pos[u] < fresh) fresh = pos[u];
   const int64_t cbase = (int64_t)sq_ * max_pos * KV + (int64_t)g * D;
   const int d4 = D / 4;
-  // rows [0, nf) were written by earlier launches (copied before the wait),
-  // rows [nf, n) by this one; a thread's chunk c is (row c / d4, column
-  // c % d4), stepped by 256 chunks = cq rows and cr columns (no division in
-  // the loop)
-  const int nf = fresh <= p0 ? 0 : fresh - p0 >= n ? n : (int)(fresh - p0);
+  // split i's positions [p0, p0 + n); rows [0, nf) were written by earlier
+  // launches (copied to shared memory), rows [nf, n) by this one
+  auto span = [&](int i, int64_t &p0, int &n, int &nf) {
+    p0 = (int64_t)(first + i * X) * RT_CS;
+    int64_t p1 = p0 + RT_CS;
+    if (p0 < lo) p0 = lo;
+    if (p1 > p + 1) p1 = p + 1;
+    n = (int)(p1 - p0);
+    nf = fresh <= p0 ? 0 : fresh - p0 >= n ? n : (int)(fresh - p0);
+  };
+  // split i's cached rows (parts: 1 keys, 2 values, 3 both) into stage
+  // i % NS; a thread's chunk c is (row c / d4, column c % d4), stepped by 256
+  // chunks = cq rows and cr columns (no division in the loop)
+  auto fetch = [&](int i, int parts) {
+    int64_t p0;
+    int n, nf;
+    span(i, p0, n, nf);
+    float *ks = ring + (i % NS) * stage, *vs = ks + RT_CS * DP;
+    const int cq = 256 / d4, cr = 256 - cq * d4;
+    int c = tid, r = c / d4, j = c - r * d4;
+    for (; c < nf * d4; c += 256) {
+      if (parts & 1) rt_cp16(ks + r * DP + 4 * j, kc + cbase + (p0 + r) * KV + 4 * j);
+      if (parts & 2) rt_cp16(vs + r * DP + 4 * j, vc + cbase + (p0 + r) * KV + 4 * j);
+      r += cq, j += cr;
+      if (j >= d4) j -= d4, r++;
+    }
+  };
   // the norm weights of the query heads and of the keys, and the RoPE row
   // at p (this token's own row), before the wait
   rt_head_consts hk, kw;
   if (warp < G) rt_head_load(nq, D, rot, rcs + p * (rot / 2), hk);
-  if (nf < n) rt_head_load(nk, D, rot, rcs + p * (rot / 2), kw);
   {
-    const int cq = 256 / d4, cr = 256 - cq * d4;
-    int c = tid, i = c / d4, j = c - i * d4;
-    for (; c < nf * d4; c += 256) {
-      rt_cp16(ks + i * DP + 4 * j, kc + cbase + (p0 + i) * KV + 4 * j);
-      rt_cp16(vs + i * DP + 4 * j, vc + cbase + (p0 + i) * KV + 4 * j);
-      i += cq, j += cr;
-      if (j >= d4) j -= d4, i++;
+    int64_t p0;
+    int n, nf;
+    span(count - 1, p0, n, nf); // (this launch's rows lie in the block's last split if in any)
+    if (nf < n) rt_head_load(nk, D, rot, rcs + p * (rot / 2), kw);
+  }
+  if (RING == 2) { // the first split's keys, then its values: a group each
+    fetch(0, 1);
+    rt_cp_commit();
+    fetch(0, 2);
+    rt_cp_commit();
+  } else {
+    for (int i = 0; i < NS; i++) { // (RING 1: a group per stage, empty past the block's splits)
+      if (i < count) fetch(i, 3);
+      if (RING) rt_cp_commit();
     }
   }
   rt_wait(); // q, k, v of this step
   for (int h = warp; h < G; h += 8)
     rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, hk, D, eps, rot, qs + h * D);
-  for (int i = nf + warp; i < n; i += 8) { // this launch's rows, a warp each
-    const int64_t q = p0 + i, at = cbase + q * KV;
-    int u = -1; // the token of this sequence at position q (none: a gap in the chunk's positions, cached before)
-    for (int x = 0; x < n_tok; x++)
-      if (seq[x] == sq_ && pos[x] == q) u = x;
-    if (u < 0) {
-      for (int j = lane; j < D; j += 32) ks[i * DP + j] = kc[at + j], vs[i * DP + j] = vc[at + j];
-      continue;
-    }
-    rt_head_consts kq = kw;
-    if (q != p) rt_head_load(nk, D, rot, rcs + q * (rot / 2), kq);
-    const int64_t src = (int64_t)u * KV + (int64_t)g * D;
-    rt_head_norm_rope(kk + src, kq, D, eps, rot, ks + i * DP);
-    // the value row's loads all issued before its stores (a load, two
-    // stores, a load...: vv may alias the cache as far as the compiler
-    // knows, so each load waited for the stores before it, 8 L2 round trips
-    // in turn in the block that holds the token's own row; SASS)
-    float vr[16]; // D <= 512 (rt_head_consts)
-#pragma unroll
-    for (int q = 0; q < 16; q++) vr[q] = lane + 32 * q < D ? vv[src + lane + 32 * q] : 0.0f;
-#pragma unroll
-    for (int q = 0; q < 16; q++) {
-      const int j = lane + 32 * q;
-      if (j >= D) break;
-      vs[i * DP + j] = vr[q];
-      if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = vr[q];
-    }
-  }
-  rt_cp_wait();
-  __syncthreads();
   const float scale = rsqrtf((float)D);
-  if constexpr (GT == 8 && DT == 256) {
-    // the 80B shape: lane = row, warp w sums columns [32 w, 32 w + 32) of
-    // all 8 heads, so each 16-byte chunk of K is loaded once for 8 heads
-    // (the q chunks are broadcasts): 72 shared loads a thread where a
-    // thread per (head, row) took 128, and a third of the shared-memory
-    // wavefronts (ncu: k_attn shared-memory bound, MIO throttle). The 8
-    // partial sums meet in qs, free once every warp has read it, and are
-    // added in warp order.
-    float a[8];
+  for (int it = 0; it < count; it++) {
+    int64_t p0;
+    int n, nf;
+    span(it, p0, n, nf);
+    const int sp = first + it * X;
+    float *ks = ring + (it % NS) * stage, *vs = ks + RT_CS * DP;
+    for (int i = nf + warp; i < n; i += 8) { // this launch's rows, a warp each
+      const int64_t q = p0 + i, at = cbase + q * KV;
+      int u = -1; // the token of this sequence at position q (none: a gap in the chunk's positions, cached before)
+      for (int x = 0; x < n_tok; x++)
+        if (seq[x] == sq_ && pos[x] == q) u = x;
+      if (u < 0) {
+        for (int j = lane; j < D; j += 32) ks[i * DP + j] = kc[at + j], vs[i * DP + j] = vc[at + j];
+        continue;
+      }
+      rt_head_consts kq = kw;
+      if (q != p) rt_head_load(nk, D, rot, rcs + q * (rot / 2), kq);
+      const int64_t src = (int64_t)u * KV + (int64_t)g * D;
+      rt_head_norm_rope(kk + src, kq, D, eps, rot, ks + i * DP);
+      // the value row's loads all issued before its stores (a load, two
+      // stores, a load...: vv may alias the cache as far as the compiler
+      // knows, so each load waited for the stores before it, 8 L2 round trips
+      // in turn in the block that holds the token's own row; SASS)
+      float vr[16]; // D <= 512 (rt_head_consts)
 #pragma unroll
-    for (int h = 0; h < 8; h++) a[h] = 0.0f;
-    if (lane < n) {
-      const float4 *kv = reinterpret_cast<const float4 *>(ks + lane * DP) + 8 * warp;
-      const float4 *qv = reinterpret_cast<const float4 *>(qs) + 8 * warp;
+      for (int q = 0; q < 16; q++) vr[q] = lane + 32 * q < D ? vv[src + lane + 32 * q] : 0.0f;
 #pragma unroll
-      for (int jj = 0; jj < 8; jj++) {
-        const float4 k = kv[jj];
-#pragma unroll
-        for (int h = 0; h < 8; h++) {
-          const float4 x = qv[h * 64 + jj];
-          a[h] = fmaf(x.x, k.x, a[h]), a[h] = fmaf(x.y, k.y, a[h]), a[h] = fmaf(x.z, k.z, a[h]);
-          a[h] = fmaf(x.w, k.w, a[h]);
-        }
+      for (int q = 0; q < 16; q++) {
+        const int j = lane + 32 * q;
+        if (j >= D) break;
+        vs[i * DP + j] = vr[q];
+        if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = vr[q];
       }
     }
-    __syncthreads(); // qs read by every warp
-#pragma unroll
-    for (int h = 0; h < 8; h++) qs[(warp * 8 + h) * 32 + lane] = a[h];
+    // split it's rows: RING 1, its group (one is committed every split);
+    // RING 2, its keys (groups: keys and values of split 0, then the keys
+    // and values of each next split, committed as this one's are read)
+    if (RING == 1) rt_cp_wait_group<NS - 1>();
+    else if (RING == 2) rt_cp_wait_group<1>();
+    else rt_cp_wait();
     __syncthreads();
-    const int h = warp; // thread (h, lane): head h, row lane
-    if (lane < n) {
-      float v = 0.0f;
+    if constexpr (GT == 8 && DT == 256) {
+      // the 80B shape: lane = row, warp w sums columns [32 w, 32 w + 32) of
+      // all 8 heads, so each 16-byte chunk of K is loaded once for 8 heads
+      // (the q chunks are broadcasts): 72 shared loads a thread where a
+      // thread per (head, row) took 128, and a third of the shared-memory
+      // wavefronts (ncu: k_attn shared-memory bound, MIO throttle). The 8
+      // partial sums meet in red (not RING: qs, free once every warp has
+      // read it) and are added in warp order.
+      float a[8];
 #pragma unroll
-      for (int w = 0; w < 8; w++) v += qs[(w * 8 + h) * 32 + lane];
-      ss[h * RT_CS + lane] = v * scale;
-    }
-  } else {
-    for (int e = tid; e < G * n; e += 256) { // (head, row) pairs, rows fastest
-      const int h = e / n, i = e - h * n;
-      const float4 *qv = reinterpret_cast<const float4 *>(qs + h * D), *kv = reinterpret_cast<const float4 *>(ks + i * DP);
-      float a0 = 0.0f, a1 = 0.0f;
-      for (int j = 0; j < d4; j += 2) {
-        const float4 x = qv[j], k = kv[j];
-        a0 = fmaf(x.x, k.x, a0), a0 = fmaf(x.y, k.y, a0), a0 = fmaf(x.z, k.z, a0), a0 = fmaf(x.w, k.w, a0);
-        if (j + 1 < d4) {
-          const float4 y = qv[j + 1], l = kv[j + 1];
-          a1 = fmaf(y.x, l.x, a1), a1 = fmaf(y.y, l.y, a1), a1 = fmaf(y.z, l.z, a1), a1 = fmaf(y.w, l.w, a1);
+      for (int h = 0; h < 8; h++) a[h] = 0.0f;
+      if (lane < n) {
+        const float4 *kv = reinterpret_cast<const float4 *>(ks + lane * DP) + 8 * warp;
+        const float4 *qv = reinterpret_cast<const float4 *>(qs) + 8 * warp;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+          const float4 k = kv[jj];
+#pragma unroll
+          for (int h = 0; h < 8; h++) {
+            const float4 x = qv[h * 64 + jj];
+            a[h] = fmaf(x.x, k.x, a[h]), a[h] = fmaf(x.y, k.y, a[h]), a[h] = fmaf(x.z, k.z, a[h]);
+            a[h] = fmaf(x.w, k.w, a[h]);
+          }
         }
       }
-      ss[h * RT_CS + i] = (a0 + a1) * scale;
+      if (!RED) __syncthreads(); // qs read by every warp
+#pragma unroll
+      for (int h = 0; h < 8; h++) red[(warp * 8 + h) * 32 + lane] = a[h];
+      __syncthreads();
+      const int h = warp; // thread (h, lane): head h, row lane
+      if (lane < n) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 8; w++) v += red[(w * 8 + h) * 32 + lane];
+        ss[h * RT_CS + lane] = v * scale;
+      }
+    } else {
+      for (int e = tid; e < G * n; e += 256) { // (head, row) pairs, rows fastest
+        const int h = e / n, i = e - h * n;
+        const float4 *qv = reinterpret_cast<const float4 *>(qs + h * D), *kv = reinterpret_cast<const float4 *>(ks + i * DP);
+        float a0 = 0.0f, a1 = 0.0f;
+        for (int j = 0; j < d4; j += 2) {
+          const float4 x = qv[j], k = kv[j];
+          a0 = fmaf(x.x, k.x, a0), a0 = fmaf(x.y, k.y, a0), a0 = fmaf(x.z, k.z, a0), a0 = fmaf(x.w, k.w, a0);
+          if (j + 1 < d4) {
+            const float4 y = qv[j + 1], l = kv[j + 1];
+            a1 = fmaf(y.x, l.x, a1), a1 = fmaf(y.y, l.y, a1), a1 = fmaf(y.z, l.z, a1), a1 = fmaf(y.w, l.w, a1);
+          }
+        }
+        ss[h * RT_CS + i] = (a0 + a1) * scale;
+      }
     }
-  }
-  __syncthreads();
-  const int64_t pi = ((int64_t)t * Nq + (int64_t)g * G) * nsplit + sp; // (t, head g*G, split sp)
-  for (int h = warp; h < G; h += 8) { // one warp per head: max, exp, sum
-    const float v = lane < n ? ss[h * RT_CS + lane] : -INFINITY;
-    float m = v;
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-    const float x = lane < n ? expf(v - m) : 0.0f;
-    ss[h * RT_CS + lane] = x; // 0 past n: the output loop below reads whole quads
-    const float l = rt_warp_sum(x);
-    if (lane == 0) pm[pi + (int64_t)h * nsplit] = m, pl[pi + (int64_t)h * nsplit] = l;
-  }
-  __syncthreads();
-  for (int j = tid; j < D; j += 256) {
-    float o[16];
+    __syncthreads();
+    if (RING == 2) { // the keys read: the next split's into their place
+      if (it + 1 < count) fetch(it + 1, 1);
+      rt_cp_commit();
+    }
+    const int64_t pi = ((int64_t)t * Nq + (int64_t)g * G) * nsplit + sp; // (t, head g*G, split sp)
+    for (int h = warp; h < G; h += 8) { // one warp per head: max, exp, sum
+      const float v = lane < n ? ss[h * RT_CS + lane] : -INFINITY;
+      float m = v;
+      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+      const float x = lane < n ? expf(v - m) : 0.0f;
+      ss[h * RT_CS + lane] = x; // 0 past n: the output loop below reads whole quads
+      const float l = rt_warp_sum(x);
+      if (lane == 0) pm[pi + (int64_t)h * nsplit] = m, pl[pi + (int64_t)h * nsplit] = l;
+    }
+    if (RING == 2) rt_cp_wait_group<1>(); // this split's values (the next keys may be in flight)
+    __syncthreads();
+    for (int j = tid; j < D; j += 256) {
+      float o[16];
 #pragma unroll
-    for (int h = 0; h < 16; h++) o[h] = 0.0f;
-    // rows in quads: one 16-byte load of each head's weights per quad (a
-    // load per weight before); rows past n add 0 * 0 (the same sums)
-    for (int i0 = 0; i0 < n; i0 += 4) {
-      float v[4];
+      for (int h = 0; h < 16; h++) o[h] = 0.0f;
+      // rows in quads: one 16-byte load of each head's weights per quad (a
+      // load per weight before); rows past n add 0 * 0 (the same sums)
+      for (int i0 = 0; i0 < n; i0 += 4) {
+        float v[4];
 #pragma unroll
-      for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? vs[(i0 + q) * DP + j] : 0.0f;
+        for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? vs[(i0 + q) * DP + j] : 0.0f;
+#pragma unroll
+        for (int h = 0; h < 16; h++)
+          if (h < G) {
+            const float4 w4 = *reinterpret_cast<const float4 *>(ss + h * RT_CS + i0);
+            o[h] = fmaf(w4.x, v[0], o[h]), o[h] = fmaf(w4.y, v[1], o[h]);
+            o[h] = fmaf(w4.z, v[2], o[h]), o[h] = fmaf(w4.w, v[3], o[h]);
+          }
+      }
 #pragma unroll
       for (int h = 0; h < 16; h++)
-        if (h < G) {
-          const float4 w4 = *reinterpret_cast<const float4 *>(ss + h * RT_CS + i0);
-          o[h] = fmaf(w4.x, v[0], o[h]), o[h] = fmaf(w4.y, v[1], o[h]);
-          o[h] = fmaf(w4.z, v[2], o[h]), o[h] = fmaf(w4.w, v[3], o[h]);
-        }
+        if (h < G) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
     }
-#pragma unroll
-    for (int h = 0; h < 16; h++)
-      if (h < G) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
+    if (RING) {
+      __syncthreads(); // the stage (RING 2: the values), the scores and red free again
+      if (RING == 1 && it + NS < count) fetch(it + NS, 3);
+      if (RING == 2 && it + 1 < count) fetch(it + 1, 2);
+      rt_cp_commit();
+    }
   }
   RT_TL_END();
 }
@@ -461,6 +548,11 @@ __global__ void __launch_bounds__(256, GT ? 3 : 1) k_attn(const float *qg, int N
 // sigmoid(gate). The sums run in the order of the one-block-per-head kernel
 // this replaces (16 blocks at 4K: 12.5 us under ncu, a chain of dependent
 // loads on 16 SMs), so the results are the same bits.
+// RR: rounds of 256 splits (8K positions) whose loads are issued at once
+// (k_attn_combine<4> where a context reaches past 8K: 32K in one pass, where
+// each round and each 256 splits' maxima and sums were a round trip in turn;
+// <1> elsewhere, whose 63 registers let 4 blocks share an SM at 8 tokens).
+template <int RR>
 __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const float *po, const float *pm,
                                                       const float *pl, int Nq, int D, const int64_t *pos, int window,
                                                       int nsplit, float *att) {
@@ -476,42 +568,54 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
   const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
-  // the splits in rounds of 256 (8K positions); a round's loads are all
-  // issued before its sums, the first round's before the reductions. Each
-  // warp sums splits warp, warp + 8, ... in that order in every case, so a
-  // context of any length makes the sums of the one-block-per-head kernel.
-  // Beyond 8K a strided loop of dependent loads ran before: H200, 32K batch
-  // 1, 247.8 -> 201.7 us a step, batch 8 1,217.9 -> 1,144.1 (same run;
+  // the splits in passes of RR rounds of 256; a pass's loads are all issued
+  // before its sums, the first pass's before the reductions. Each warp sums
+  // splits warp, warp + 8, ... in that order in every case, so a context of
+  // any length makes the sums of the one-block-per-head kernel. Beyond 8K a
+  // strided loop of dependent loads ran before: H200, 32K batch 1, 247.8 ->
+  // 201.7 us a step, batch 8 1,217.9 -> 1,144.1 (same run;
   // tests/bench/RESULTS.md, tenth round)
   const float *src = po + base * D + c;
-  float pv[32];
+  constexpr int P = 256 * RR; // splits a pass
+  float pv[32 * RR];
 #pragma unroll
-  for (int i = 0; i < 32; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
-  // the first 256 splits' maxima and sums with the partial outputs' loads
-  // (each loop's load waited for the block's reduction before: a round trip
-  // more after the wait); fmaxf(-inf, x) = x, so the same maximum and sums
-  const float pm0 = tid < ns ? pm[base + tid] : -INFINITY, pl0 = tid < ns ? pl[base + tid] : 0.0f;
-  float m = pm0;
-  for (int s = tid + 256; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
+  for (int i = 0; i < 32 * RR; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
+  // the first pass's maxima and sums with the partial outputs' loads (each
+  // loop's load waited for the block's reduction before: a round trip more
+  // after the wait); fmaxf(-inf, x) = x, so the same maximum and sums
+  float pmk[RR], plk[RR];
+#pragma unroll
+  for (int k = 0; k < RR; k++) {
+    const int s = tid + 256 * k;
+    pmk[k] = s < ns ? pm[base + s] : -INFINITY, plk[k] = s < ns ? pl[base + s] : 0.0f;
+  }
+  float m = pmk[0];
+#pragma unroll
+  for (int k = 1; k < RR; k++) m = fmaxf(m, pmk[k]);
+  for (int s = tid + P; s < ns; s += 256) m = fmaxf(m, pm[base + s]);
   const float M = rt_block_max(m);
   float l = 0.0f;
-  if (tid < ns) {
-    const float w = expf(pm0 - M);
-    wsp[tid] = w, l += pl0 * w;
+#pragma unroll
+  for (int k = 0; k < RR; k++) {
+    const int s = tid + 256 * k;
+    if (s < ns) {
+      const float w = expf(pmk[k] - M);
+      wsp[s] = w, l += plk[k] * w;
+    }
   }
-  for (int s = tid + 256; s < ns; s += 256) {
+  for (int s = tid + P; s < ns; s += 256) {
     const float w = expf(pm[base + s] - M);
     wsp[s] = w, l += pl[base + s] * w;
   }
   const float L = rt_block_sum(l); // (its barriers publish wsp)
   float o = 0.0f;
-  for (int r = 0; c < D;) { // r: the round's first split
+  for (int r = 0; c < D;) { // r: the pass's first split
 #pragma unroll
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < 32 * RR; i++)
       if (r + warp + 8 * i < ns) o = fmaf(pv[i], wsp[r + warp + 8 * i], o);
-    if ((r += 256) >= ns) break;
+    if ((r += P) >= ns) break;
 #pragma unroll
-    for (int i = 0; i < 32; i++) pv[i] = r + warp + 8 * i < ns ? src[(int64_t)(r + warp + 8 * i) * D] : 0.0f;
+    for (int i = 0; i < 32 * RR; i++) pv[i] = r + warp + 8 * i < ns ? src[(int64_t)(r + warp + 8 * i) * D] : 0.0f;
   }
   red[warp][lane] = o;
   __syncthreads();

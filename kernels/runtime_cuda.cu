@@ -88,6 +88,10 @@ struct gpu_session {
   int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
   int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
+  bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
+  int attn_ring;          // k_attn's RING (MTPQ_CUDA_ATTN_RING=1 or 2; 0: a block per split)
+  int attn_x;             // RING 1 or 2: its blocks per (KV head, token) (MTPQ_CUDA_ATTN_X=N: N);
+                          // 0: a block per split
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
   int launch_i;           // the step's launches so far (enqueue_step resets it)
@@ -275,6 +279,27 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   delete g;
 }
 
+// k_attn's blocks (RING 1 or 2) where their shared memory fits: attn_x
+// blocks per (KV head, token), so that one token's blocks fill the SMs once
+// (a launch of n tokens runs n of those); else RING 0
+template <int RING> static void attn_ring_grid(gpu_session *g) {
+  const struct mtpq_drafter *d = g->d;
+  const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, RING) * 4);
+  auto *k = G == 8 && D == 256 ? k_attn<8, 256, RING> : k_attn<0, 0, RING>;
+  int dev = 0, room = 0, per = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&room, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || smem > room ||
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, 256, smem) != cudaSuccess || per < 1) {
+    cudaGetLastError(); // (no room: the kernel of a block per split)
+    return;
+  }
+  const int force = env_int("MTPQ_CUDA_ATTN_X", 0); // (tests: a few blocks, each over many splits)
+  const int64_t x = force > 0 ? force : ((int64_t)g->sms * per + d->Nkv - 1) / d->Nkv;
+  g->attn_x = (int)(x < g->nsplit ? x : g->nsplit);
+  g->attn_ring = RING;
+}
+
 extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window,
                                                     int nseq, void **out, struct mtpq_err *err) {
   *out = nullptr;
@@ -288,12 +313,12 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (d->moe && (d->topk > RT_TMAX - 1 || d->E > 4096))
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "top-%lld of %lld experts: the CUDA backend takes top-k <= %d",
                         (long long)d->topk, (long long)d->E, RT_TMAX - 1);
-  if (rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D) * 4 > 200 * 1024 || d->D > 512) /* attention's shared memory */
+  if (rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D, 0) * 4 > 200 * 1024 || d->D > 512) /* attention's shared memory */
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "head_dim %lld x %lld query heads per KV head is too large",
                         (long long)d->D, (long long)(d->Nq / d->Nkv));
-  const int attn_smem = (int)(rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D) * 4);
-  if (cudaFuncSetAttribute(k_attn<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess ||
-      cudaFuncSetAttribute(k_attn<8, 256>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess)
+  const int attn_smem = (int)(rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D, 0) * 4);
+  if (cudaFuncSetAttribute(k_attn<0, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess ||
+      cudaFuncSetAttribute(k_attn<8, 256, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess)
     return mtpq_err_set(err, MTPQ_E_GPU, "cannot give the attention kernel its shared memory");
   if (d->H > 256 * RT_NQ)
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "hidden size %lld: the CUDA backend takes up to %d", (long long)d->H,
@@ -343,12 +368,19 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
   const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
   g->prefetch = pf && strcmp(pf, "1") == 0;
-  const char *kvmb = getenv("MTPQ_CUDA_PREFETCH_KV_MB");
-  g->kv_budget = g->prefetch ? (int64_t)((kvmb ? atof(kvmb) : 24.0) * 1e6) : 0;
+  const char *kvmb = getenv("MTPQ_CUDA_PREFETCH_KV_MB"); // MTPQ_CUDA_PREFETCH=kv: the cached K/V only
+  g->kv_budget = g->prefetch || (pf && strcmp(pf, "kv") == 0) ? (int64_t)((kvmb ? atof(kvmb) : 24.0) * 1e6) : 0;
   {
     int dev = 0;
     cudaGetDevice(&dev);
     if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
+  }
+  g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
+  g->attn_x = 0, g->attn_ring = 0;
+  { // MTPQ_CUDA_ATTN_X alone: RING 2
+    const int r = env_int("MTPQ_CUDA_ATTN_RING", env_int("MTPQ_CUDA_ATTN_X", 0) > 0 ? 2 : 0);
+    if (r == 1) attn_ring_grid<1>(g);
+    if (r == 2) attn_ring_grid<2>(g);
   }
   enum mtpq_status st = MTPQ_OK;
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
@@ -858,7 +890,7 @@ static void enqueue_step(gpu_session *g, int n) {
   g->on = g->st;
   const bool nx = H == 2048; // the norm kernels' instance for exactly 2,048 values (rt_ops.cuh, RT_NQX)
   g->launch_i = 0;
-  go(g, false, nx ? k_prep<2048> : k_prep<0>, dim3(g->prefetch ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0,
+  go(g, false, nx ? k_prep<2048> : k_prep<0>, dim3(g->prefetch || g->kv_budget ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0,
      (const uint8_t *)g->embed, (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0],
      (const float *)g->nrm[1], d->eps, g->c, g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0,
      (const float *)g->kc, (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV,
@@ -871,13 +903,16 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
-  go(g, true, G == 8 && D == 256 ? k_attn<8, 256> : k_attn<0, 0>, dim3(g->nsplit, Nkv, n), dim3(256),
-     (size_t)rt_attn_smem(G, D) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
+  const int ring = g->attn_ring;
+  const bool a8 = G == 8 && D == 256;
+  go(g, true, ring == 2 ? (a8 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>) : ring == 1 ? (a8 ? k_attn<8, 256, 1> : k_attn<0, 0, 1>)
+              : a8 ? k_attn<8, 256, 0> : k_attn<0, 0, 0>,
+     dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
      g->pm, g->pl);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
-  go(g, true, k_attn_combine, dim3(Nq, n, (D + 31) / 32), dim3(256), (size_t)g->nsplit * 4, (const float *)g->qg,
+  go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256), (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
      g->nsplit, g->att);
   mark(g, "attention combine+gate");
