@@ -279,7 +279,8 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
 // scores
 __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
   return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) +
-         (ring == 1 ? RT_ATTN_NS : 1) * 2 * (int64_t)RT_CS * (D + 4) + (int64_t)G * RT_CS;
+         (ring == 1 ? RT_ATTN_NS : 1) * 2 * (int64_t)RT_CS * (D + 4) + (int64_t)G * RT_CS +
+         (ring == 2 ? (int64_t)G * D + 4 * G + 1024 : 0);
 }
 
 // grid (X, Nkv, tokens), 256 threads, rt_attn_smem floats of shared memory,
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
                                               const int64_t *pos, const int *seq, int n_tok, int64_t max_pos,
                                               int window, const float *nq, const float *nk, float eps,
                                               const float *kk, const float *vv, float *kc, float *vc, int nsplit,
-                                              float *po, float *pm, float *pl) {
+                                              float *po, float *pm, float *pl, int merge) {
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
@@ -328,6 +329,13 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
   float *qs = sm, *red = RED ? qs + G * D : qs, *ring = RED ? red + 2048 : qs + G * D;
   const int stage = 2 * RT_CS * DP;
   float *ss = ring + NS * stage;
+  // RING 2, merge: the block's running maximum, sum and rescale factor per
+  // head, and its running output (a thread's own columns)
+  float *mrun = ss + G * RT_CS, *lrun = mrun + G, *arun = lrun + G, *orun = arun + 2 * G;
+  // RING 2: the keys' norm weights and RoPE row at p, lane-wise as
+  // rt_head_consts holds them (in registers through the loop they pushed it
+  // past its 128 registers into spills)
+  float *kws = orun + G * D;
   const int64_t p = pos[t], KV = (int64_t)Nkv * D; // pos and seq change between steps only
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   // this block's splits: first, first + X, ... up to the split of p
@@ -382,7 +390,15 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
     int64_t p0;
     int n, nf;
     span(count - 1, p0, n, nf); // (this launch's rows lie in the block's last split if in any)
-    if (nf < n) rt_head_load(nk, D, rot, rcs + p * (rot / 2), kw);
+    if (nf < n) {
+      rt_head_load(nk, D, rot, rcs + p * (rot / 2), kw);
+      if (RING == 2 && warp == 0) {
+#pragma unroll
+        for (int q = 0; q < 16; q++) kws[lane + 32 * q] = kw.w[q];
+#pragma unroll
+        for (int q = 0; q < 8; q++) reinterpret_cast<float2 *>(kws + 512)[lane + 32 * q] = kw.cs[q];
+      }
+    }
   }
   if (RING == 2) { // the first split's keys, then its values: a group each
     fetch(0, 1);
@@ -405,6 +421,7 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
     span(it, p0, n, nf);
     const int sp = first + it * X;
     float *ks = ring + (it % NS) * stage, *vs = ks + RT_CS * DP;
+    if (RING == 2 && it == 0) __syncthreads(); // (kws)
     for (int i = nf + warp; i < n; i += 8) { // this launch's rows, a warp each
       const int64_t q = p0 + i, at = cbase + q * KV;
       int u = -1; // the token of this sequence at position q (none: a gap in the chunk's positions, cached before)
@@ -414,8 +431,15 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
         for (int j = lane; j < D; j += 32) ks[i * DP + j] = kc[at + j], vs[i * DP + j] = vc[at + j];
         continue;
       }
-      rt_head_consts kq = kw;
+      rt_head_consts kq;
       if (q != p) rt_head_load(nk, D, rot, rcs + q * (rot / 2), kq);
+      else if (RING == 2) {
+#pragma unroll
+        for (int q = 0; q < 16; q++) kq.w[q] = kws[lane + 32 * q];
+#pragma unroll
+        for (int q = 0; q < 8; q++) kq.cs[q] = reinterpret_cast<const float2 *>(kws + 512)[lane + 32 * q];
+      } else
+        kq = kw;
       const int64_t src = (int64_t)u * KV + (int64_t)g * D;
       rt_head_norm_rope(kk + src, kq, D, eps, rot, ks + i * DP);
       // the value row's loads all issued before its stores (a load, two
@@ -497,15 +521,24 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
       if (it + 1 < count) fetch(it + 1, 1);
       rt_cp_commit();
     }
-    const int64_t pi = ((int64_t)t * Nq + (int64_t)g * G) * nsplit + sp; // (t, head g*G, split sp)
+    // merged (RING 2, merge): the block's splits as one partial, written at
+    // its first split's index once the last is done (online softmax: the
+    // running output and sum rescaled by exp(old max - new max) at each
+    // split), so that the combine reads one partial a block where it read
+    // one a split (32K: 132 against 1,025 a head)
+    const bool mg = RING == 2 && merge, last = it + 1 == count;
+    const int64_t pi = ((int64_t)t * Nq + (int64_t)g * G) * nsplit + (mg ? first : sp); // (t, head g*G, split)
     for (int h = warp; h < G; h += 8) { // one warp per head: max, exp, sum
       const float v = lane < n ? ss[h * RT_CS + lane] : -INFINITY;
       float m = v;
       for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-      const float x = lane < n ? expf(v - m) : 0.0f;
+      const float mo = mg && it ? mrun[h] : -INFINITY, mn = fmaxf(mo, m), al = expf(mo - mn); // (al = 0 at the first)
+      const float x = lane < n ? expf(v - mn) : 0.0f;
       ss[h * RT_CS + lane] = x; // 0 past n: the output loop below reads whole quads
-      const float l = rt_warp_sum(x);
-      if (lane == 0) pm[pi + (int64_t)h * nsplit] = m, pl[pi + (int64_t)h * nsplit] = l;
+      float l = rt_warp_sum(x);
+      if (mg && it) l = fmaf(lrun[h], al, l);
+      if (lane == 0 && mg) mrun[h] = mn, lrun[h] = l, arun[h] = al;
+      if (lane == 0 && (!mg || last)) pm[pi + (int64_t)h * nsplit] = mn, pl[pi + (int64_t)h * nsplit] = l;
     }
     if (RING == 2) rt_cp_wait_group<1>(); // this split's values (the next keys may be in flight)
     __syncthreads();
@@ -529,7 +562,11 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
       }
 #pragma unroll
       for (int h = 0; h < 16; h++)
-        if (h < G) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
+        if (h < G) {
+          if (mg && it) o[h] = fmaf(orun[h * D + j], arun[h], o[h]);
+          if (!mg || last) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
+          else orun[h * D + j] = o[h]; // (a thread's own column: no barrier)
+        }
     }
     if (RING) {
       __syncthreads(); // the stage (RING 2: the values), the scores and red free again
@@ -552,10 +589,12 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
 // (k_attn_combine<4> where a context reaches past 8K: 32K in one pass, where
 // each round and each 256 splits' maxima and sums were a round trip in turn;
 // <1> elsewhere, whose 63 registers let 4 blocks share an SM at 8 tokens).
+// cap: at most this many partials a head (k_attn RING 2 merged: a block's
+// splits in one partial at its first split's index, so the first cap).
 template <int RR>
 __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const float *po, const float *pm,
                                                       const float *pl, int Nq, int D, const int64_t *pos, int window,
-                                                      int nsplit, float *att) {
+                                                      int nsplit, int cap, float *att) {
   RT_TL_START();
   extern __shared__ float wsp[]; // a weight per split
   __shared__ float red[8][32];
@@ -566,7 +605,7 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   rt_wait();
   const float gv = warp == 0 && c < D ? qg[(int64_t)t * 2 * Nq * D + (int64_t)h * 2 * D + D + c] : 0.0f;
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
-  const int s0 = (int)(lo / RT_CS), ns = (int)(p / RT_CS) - s0 + 1;
+  const int s0 = (int)(lo / RT_CS), ns0 = (int)(p / RT_CS) - s0 + 1, ns = ns0 < cap ? ns0 : cap;
   const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
   // the splits in passes of RR rounds of 256; a pass's loads are all issued
   // before its sums, the first pass's before the reductions. Each warp sums

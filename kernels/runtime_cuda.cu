@@ -90,6 +90,7 @@ struct gpu_session {
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
   int attn_ring;          // k_attn's RING (MTPQ_CUDA_ATTN_RING=1 or 2; 0: a block per split)
+  int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
   int attn_x;             // RING 1 or 2: its blocks per (KV head, token) (MTPQ_CUDA_ATTN_X=N: N);
                           // 0: a block per split
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
@@ -377,11 +378,13 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   }
   g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
   g->attn_x = 0, g->attn_ring = 0;
-  { // MTPQ_CUDA_ATTN_X alone: RING 2
-    const int r = env_int("MTPQ_CUDA_ATTN_RING", env_int("MTPQ_CUDA_ATTN_X", 0) > 0 ? 2 : 0);
+  { // RING 2 unless MTPQ_CUDA_ATTN_RING says otherwise (0: a block per split)
+    const int r = env_int("MTPQ_CUDA_ATTN_RING", 2);
     if (r == 1) attn_ring_grid<1>(g);
     if (r == 2) attn_ring_grid<2>(g);
   }
+  g->attn_merge = g->attn_ring == 2 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
+  if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   enum mtpq_status st = MTPQ_OK;
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
       cudaStreamCreateWithFlags(&g->st2, cudaStreamNonBlocking) != cudaSuccess ||
@@ -910,11 +913,11 @@ static void enqueue_step(gpu_session *g, int n) {
      dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
-     g->pm, g->pl);
+     g->pm, g->pl, g->attn_merge);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
   go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256), (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
-     g->nsplit, g->att);
+     g->nsplit, g->attn_merge ? g->attn_x : g->nsplit, g->att);
   mark(g, "attention combine+gate");
   launch_mv(g, p.o);
   mark(g, "o_proj");

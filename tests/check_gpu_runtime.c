@@ -114,9 +114,9 @@ static const struct {
     {"MTPQ_CUDA_HEAD_DYN", "0"}, /* k_head_mma at one token too */
     {"MTPQ_CUDA_SPLITK", "8"},   /* row sets of 8 shared by 8 warps where a product has 8 bands or more (default 4) */
     {"MTPQ_CUDA_ATTN_RING", "1"}, /* k_attn's ring: a block per SM, each over several splits */
-    {"MTPQ_CUDA_ATTN_RING", "2"}, /* two blocks per SM, each over several splits, keys and values staged apart */
-    {"MTPQ_CUDA_ATTN_X", "1"},    /* RING 2 with one block per (KV head, token), over all the splits */
-    {"MTPQ_CUDA_COMB_RR", "1"},   /* k_attn_combine<1> past 8K: its 256 splits a pass in turn */
+    {"MTPQ_CUDA_ATTN_RING", "0"}, /* a block per split (the default: RING 2, two blocks per SM over several splits) */
+    {"MTPQ_CUDA_ATTN_X", "1"},    /* RING 2 with one block per (KV head, token): all the splits merged in one */
+    {"MTPQ_CUDA_ATTN_MERGE", "0"}, /* RING 2 with a partial per split (past 8K: k_attn_combine<4>) */
 };
 #define NKNOB (sizeof knobs / sizeof knobs[0])
 
