@@ -745,7 +745,7 @@ template <int N> __device__ __forceinline__ void rt_sort_desc(unsigned long long
 // into L2 when asked; block 0 writes the choice. tab + ex: the gate
 // weights of the E experts, then up, then down.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
-                        float *wsel, const dlin *tab, int ex, int prefetch, int warm) {
+                        float *wsel, const dlin *tab, int ex, int prefetch) {
   RT_TL_START();
   __shared__ int chosen[RT_TMAX];
   __shared__ float cval[RT_TMAX];
@@ -753,17 +753,9 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   __shared__ float fsh[9];
   __shared__ unsigned long long ksh[8];
   rt_trigger();
+  rt_wait();
   const int t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x, nw = nt >> 5;
   const float *l = logits + (int64_t)t * E;
-  // warm: a first pass over whatever the logits hold before the wait,
-  // writing nothing, so that the real pass runs from the SM's instruction
-  // cache: its ~40 KB of straight-line code fetched as it runs (from L2, or
-  // from memory where the 32K K/V stream has flushed it) is the
-  // hypothesis for its 5 us (4K) and 14 us (32K) for ~1,000 instructions
-  // of one warp. The same code both passes (not unrolled).
-#pragma unroll 1
-  for (int pass = warm ? 0 : 1; pass < 2; pass++) {
-  if (pass) rt_wait();
   float p[RT_RPT];
   float m = -INFINITY;
 #pragma unroll
@@ -773,7 +765,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     m = fmaxf(m, p[i]);
   }
   m = rt_block_reduce(m, 0, nw, fsh);
-  if (pass) RT_TL_MID(1, m); // the logits landed, their maximum
+  RT_TL_MID(1, m); // the logits landed, their maximum
   // the numerators without a branch per logit (the disassembly had one
   // around each exponential and each division, so a lane's 16 ran one
   // after another: ~2 us in the per-block timeline): a logit past E is
@@ -793,7 +785,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     const unsigned long long k = rt_argmax_key(p[i], (uint32_t)e);
     key[i] = e < E ? k : 0;
   }
-  if (pass) RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
+  RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
   const bool w0 = blockIdx.x == 0;
   if (nw == 1) {
     // One warp (E <= 512): each lane's keys sorted once, largest first, so
@@ -850,10 +842,6 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   __syncthreads();
   float tot = 0;
   for (int k = 0; k < K; k++) tot += cval[k];
-  if (!pass) { // (the pass before the wait: cval read by every thread before the next writes it)
-    __syncthreads();
-    continue;
-  }
   // the choice written once, K threads in parallel, the same quotients v /
   // tot (thread 0 wrote each weight and then divided it in place: ten
   // dependent round trips to L2, though the timeline did not show the
@@ -863,7 +851,6 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     wsel[t * RT_KST + tid] = renorm ? cval[tid] / tot : cval[tid];
   }
   if (w0 && tid == 0) wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
-  }
   if (!prefetch) { RT_TL_END(); return; }
   // (chosen is read after the barrier above)
   for (int i = tid; i < 3 * K; i += nt) { // gate and up of every expert first, then down

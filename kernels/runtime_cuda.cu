@@ -90,7 +90,6 @@ struct gpu_session {
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
   int attn_ring;          // k_attn's RING (MTPQ_CUDA_ATTN_RING=1 or 2; 0: a block per split)
-  int route_warm;         // k_route runs once before its wait, writing nothing (MTPQ_CUDA_ROUTE_WARM=1)
   int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
   int attn_x;             // RING 1 or 2: its blocks per (KV head, token) (MTPQ_CUDA_ATTN_X=N: N);
                           // 0: a block per split
@@ -384,7 +383,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
     if (r == 1) attn_ring_grid<1>(g);
     if (r == 2) attn_ring_grid<2>(g);
   }
-  g->route_warm = env_int("MTPQ_CUDA_ROUTE_WARM", 0) != 0;
   g->attn_merge = g->attn_ring == 2 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   enum mtpq_status st = MTPQ_OK;
@@ -954,7 +952,7 @@ static void enqueue_step(gpu_session *g, int n) {
     go(g, true, k_route, dim3(rb, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
        (const float *)g->pr, (const float *)g->z,
        (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->sel, g->wsel, (const dlin *)g->lins,
-       (int)L_EXPERTS, g->prefetch, g->route_warm);
+       (int)L_EXPERTS, g->prefetch);
     mark(g, "softmax+top-k");
     launch_mv(g, p.gu);
     mark(g, "experts gate/up");
