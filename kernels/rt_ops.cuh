@@ -268,38 +268,33 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Stages of k_attn's ring (RING 1): the splits a block copies ahead of the
-// one it scores
-#define RT_ATTN_NS 3
-
-// Shared memory of k_attn, in floats: query heads, (RING at G = 8, D = 256:
-// the 8 warps' partial scores, which otherwise meet in the query heads' place),
-// the split's K and V rows (RING 1: RT_ATTN_NS splits'; each row padded by 4
-// floats so that 8 lanes reading 8 rows at one column hit distinct banks),
-// scores
+// Shared memory of k_attn, in floats: query heads, (RING 2 at G = 8, D =
+// 256: the 8 warps' partial scores, which otherwise meet in the query heads'
+// place), the split's K and V rows (each row padded by 4 floats so that 8
+// lanes reading 8 rows at one column hit distinct banks), scores, (RING 2:
+// the running maxima, sums, factors and outputs, and the keys' norm
+// constants)
 __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
-  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) +
-         (ring == 1 ? RT_ATTN_NS : 1) * 2 * (int64_t)RT_CS * (D + 4) + (int64_t)G * RT_CS +
-         (ring == 2 ? (int64_t)G * D + 4 * G + 1024 : 0);
+  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + 2 * (int64_t)RT_CS * (D + 4) +
+         (int64_t)G * RT_CS + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
 }
 
 // grid (X, Nkv, tokens), 256 threads, rt_attn_smem floats of shared memory,
 // D % 4 == 0: the G = Nq/Nkv query heads of KV head g over the positions of
 // split s, [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised
 // output per head (flash-decoding; k_attn_combine merges the splits). RING
-// 0: X covers the splits, a block scores split blockIdx.x. RING 1 and 2: a
-// block scores splits blockIdx.x, + X, + 2X, ... of those the token attends
-// to, one after another (at long contexts a block per split left its SM
-// without loads in flight while it scored: tests/bench/RESULTS.md,
-// twenty-first round): RING 1 (one block an SM) with the next
-// RT_ATTN_NS - 1 splits' rows in flight into a ring of shared memory while it
-// scores one, RING 2 (two blocks an SM, one split's room each) with the next
-// split's keys copying while it weights this one's values, and the next
-// split's values while it scores those keys; each split's arithmetic is the
-// same, so the same partials. The block copies the K and V rows earlier
-// launches cached to shared memory asynchronously (RING 1: its first
-// RT_ATTN_NS splits') before it waits on the kernels before it (earlier
-// steps wrote them). After the wait its warps norm and rope the query heads
+// 0: X covers the splits, a block scores split blockIdx.x. RING 2 (the
+// default): two blocks an SM, each scoring splits blockIdx.x, + X, + 2X, ...
+// of those the token attends to, one after another, with one split's room:
+// the next split's keys copy while it weights this one's values, and the
+// next split's values while it scores those keys (at long contexts a block
+// per split left its SM without loads in flight while it scored; a ring of
+// 3 splits on one block an SM was latency-bound instead:
+// tests/bench/RESULTS.md, twenty-first and twenty-second rounds). Each
+// split's scores are the same arithmetic; with merge its partials join the
+// block's running ones (below). The block copies the K and V rows earlier
+// launches cached to shared memory asynchronously (its first split's) before
+// it waits on the kernels before it (earlier steps wrote them). After the wait its warps norm and rope the query heads
 // and the rows of this launch (from the first position of the token's
 // sequence in it: a chunk of a sequence's positions sees its own earlier
 // tokens), keys from k (norm + RoPE, as the cache holds them) and values
@@ -314,7 +309,7 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
 // many as its shared memory allows at D = 256; it fits 80 registers without
 // spills).
 template <int GT, int DT, int RING>
-__global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 1) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
+__global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
                                               const int64_t *pos, const int *seq, int n_tok, int64_t max_pos,
                                               int window, const float *nq, const float *nk, float eps,
                                               const float *kk, const float *vv, float *kc, float *vc, int nsplit,
@@ -322,13 +317,13 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
-  constexpr int NS = RING == 1 ? RT_ATTN_NS : 1;
+  static_assert(RING == 0 || RING == 2, "k_attn: RING 0 or 2");
   const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, g = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 4;
   constexpr bool RED = RING && GT == 8 && DT == 256; // the partial scores' own place
   float *qs = sm, *red = RED ? qs + G * D : qs, *ring = RED ? red + 2048 : qs + G * D;
   const int stage = 2 * RT_CS * DP;
-  float *ss = ring + NS * stage;
+  float *ss = ring + stage;
   // RING 2, merge: the block's running maximum, sum and rescale factor per
   // head, and its running output (a thread's own columns)
   float *mrun = ss + G * RT_CS, *lrun = mrun + G, *arun = lrun + G, *orun = arun + 2 * G;
@@ -365,14 +360,14 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
     n = (int)(p1 - p0);
     nf = fresh <= p0 ? 0 : fresh - p0 >= n ? n : (int)(fresh - p0);
   };
-  // split i's cached rows (parts: 1 keys, 2 values, 3 both) into stage
-  // i % NS; a thread's chunk c is (row c / d4, column c % d4), stepped by 256
+  // split i's cached rows (parts: 1 keys, 2 values, 3 both) into shared
+  // memory; a thread's chunk c is (row c / d4, column c % d4), stepped by 256
   // chunks = cq rows and cr columns (no division in the loop)
   auto fetch = [&](int i, int parts) {
     int64_t p0;
     int n, nf;
     span(i, p0, n, nf);
-    float *ks = ring + (i % NS) * stage, *vs = ks + RT_CS * DP;
+    float *ks = ring, *vs = ks + RT_CS * DP;
     const int cq = 256 / d4, cr = 256 - cq * d4;
     int c = tid, r = c / d4, j = c - r * d4;
     for (; c < nf * d4; c += 256) {
@@ -400,17 +395,13 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
       }
     }
   }
-  if (RING == 2) { // the first split's keys, then its values: a group each
+  if (RING) { // the first split's keys, then its values: a group each
     fetch(0, 1);
     rt_cp_commit();
     fetch(0, 2);
     rt_cp_commit();
-  } else {
-    for (int i = 0; i < NS; i++) { // (RING 1: a group per stage, empty past the block's splits)
-      if (i < count) fetch(i, 3);
-      if (RING) rt_cp_commit();
-    }
-  }
+  } else
+    fetch(0, 3);
   rt_wait(); // q, k, v of this step
   for (int h = warp; h < G; h += 8)
     rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, hk, D, eps, rot, qs + h * D);
@@ -420,7 +411,7 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
     int n, nf;
     span(it, p0, n, nf);
     const int sp = first + it * X;
-    float *ks = ring + (it % NS) * stage, *vs = ks + RT_CS * DP;
+    float *ks = ring, *vs = ks + RT_CS * DP;
     if (RING == 2 && it == 0) __syncthreads(); // (kws)
     for (int i = nf + warp; i < n; i += 8) { // this launch's rows, a warp each
       const int64_t q = p0 + i, at = cbase + q * KV;
@@ -457,11 +448,9 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
         if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = vr[q];
       }
     }
-    // split it's rows: RING 1, its group (one is committed every split);
-    // RING 2, its keys (groups: keys and values of split 0, then the keys
-    // and values of each next split, committed as this one's are read)
-    if (RING == 1) rt_cp_wait_group<NS - 1>();
-    else if (RING == 2) rt_cp_wait_group<1>();
+    // split it's keys (RING 2's groups: keys and values of split 0, then the
+    // keys and values of each next split, committed as this one's are read)
+    if (RING) rt_cp_wait_group<1>();
     else rt_cp_wait();
     __syncthreads();
     if constexpr (GT == 8 && DT == 256) {
@@ -570,8 +559,7 @@ __global__ void __launch_bounds__(256, RING == 1 ? 1 : RING == 2 ? 2 : GT ? 3 : 
     }
     if (RING) {
       __syncthreads(); // the stage (RING 2: the values), the scores and red free again
-      if (RING == 1 && it + NS < count) fetch(it + NS, 3);
-      if (RING == 2 && it + 1 < count) fetch(it + 1, 2);
+      if (it + 1 < count) fetch(it + 1, 2);
       rt_cp_commit();
     }
   }

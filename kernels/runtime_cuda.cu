@@ -89,9 +89,9 @@ struct gpu_session {
   int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
-  int attn_ring;          // k_attn's RING (MTPQ_CUDA_ATTN_RING=1 or 2; 0: a block per split)
+  int attn_ring;          // k_attn's RING: 2 where its shared memory fits (MTPQ_CUDA_ATTN_RING=0: a block per split)
   int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
-  int attn_x;             // RING 1 or 2: its blocks per (KV head, token) (MTPQ_CUDA_ATTN_X=N: N);
+  int attn_x;             // RING 2: its blocks per (KV head, token) (MTPQ_CUDA_ATTN_X=N: N);
                           // 0: a block per split
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
@@ -280,7 +280,7 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   delete g;
 }
 
-// k_attn's blocks (RING 1 or 2) where their shared memory fits: attn_x
+// k_attn's blocks (RING 2) where their shared memory fits: attn_x
 // blocks per (KV head, token), so that one token's blocks fill the SMs once
 // (a launch of n tokens runs n of those); else RING 0
 template <int RING> static void attn_ring_grid(gpu_session *g) {
@@ -378,11 +378,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   }
   g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
   g->attn_x = 0, g->attn_ring = 0;
-  { // RING 2 unless MTPQ_CUDA_ATTN_RING says otherwise (0: a block per split)
-    const int r = env_int("MTPQ_CUDA_ATTN_RING", 2);
-    if (r == 1) attn_ring_grid<1>(g);
-    if (r == 2) attn_ring_grid<2>(g);
-  }
+  if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid<2>(g); // (0: a block per split)
   g->attn_merge = g->attn_ring == 2 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   enum mtpq_status st = MTPQ_OK;
@@ -908,8 +904,7 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "q,k,v");
   const int ring = g->attn_ring;
   const bool a8 = G == 8 && D == 256;
-  go(g, true, ring == 2 ? (a8 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>) : ring == 1 ? (a8 ? k_attn<8, 256, 1> : k_attn<0, 0, 1>)
-              : a8 ? k_attn<8, 256, 0> : k_attn<0, 0, 0>,
+  go(g, true, ring ? (a8 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>) : a8 ? k_attn<8, 256, 0> : k_attn<0, 0, 0>,
      dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,

@@ -113,7 +113,6 @@ static const struct {
     {"MTPQ_CUDA_HEAD_MMA", "0"}, /* the head on k_mv's FFMA path at every token count */
     {"MTPQ_CUDA_HEAD_DYN", "0"}, /* k_head_mma at one token too */
     {"MTPQ_CUDA_SPLITK", "8"},   /* row sets of 8 shared by 8 warps where a product has 8 bands or more (default 4) */
-    {"MTPQ_CUDA_ATTN_RING", "1"}, /* k_attn's ring: a block per SM, each over several splits */
     {"MTPQ_CUDA_ATTN_RING", "0"}, /* a block per split (the default: RING 2, two blocks per SM over several splits) */
     {"MTPQ_CUDA_ATTN_X", "1"},    /* RING 2 with one block per (KV head, token): all the splits merged in one */
     {"MTPQ_CUDA_ATTN_MERGE", "0"}, /* RING 2 with a partial per split (past 8K: k_attn_combine<4>) */
@@ -289,8 +288,8 @@ START_TEST(test_random_shapes) {
     /* the three large heads (r5-r7; r8 to r10 after them, small, too): also with k_head_mma off; r5's
        (20,000 and 60,000 rows, 3,750 16-row tiles, several a warp) also with k_head_dyn off: r7's
        passes take ~55 s each on the CPU side, r5's a few; r4 (o: 8 bands) and r10 (fc: 8 bands) also
-       with 8-warp row sets; r0 and r4 (the 80B attention shape) with k_attn's rings (RING 1 and
-       2), as they run and with one block over all the splits */
+       with 8-warp row sets; r0 and r4 (the 80B attention shape) with k_attn's block per split (RING
+       0), with one RING 2 block over all the splits (merged), and RING 2 unmerged */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) | (k == 0 || k == 4 ? 8 | 16 | 32 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
@@ -322,9 +321,9 @@ START_TEST(test_random_shapes) {
     char dir[700];
     snprintf(dir, sizeof dir, "%s/long", scratch);
     gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
-    /* (the ring: several splits a block at 132 SMs too; the combine by default <4>, in one pass, and
-       <1> in two) */
-    compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32 | 64);
+    /* (by default RING 2, a merged partial a block, and k_attn_combine<1> over them in two passes;
+       RING 0 and RING 2 unmerged: a partial a split, <4> in one pass; one RING 2 block over all) */
+    compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32);
   }
   ck_assert_msg(ran > 0, "MTPQ_GPU_SHAPES=%s names no shape", getenv("MTPQ_GPU_SHAPES"));
 }
