@@ -102,7 +102,7 @@ __device__ __forceinline__ void rt_task_load(const mv_task *src, mv_task &T) {
 
 // Each of the launch's nb tokens' largest argmax key over the block's 8
 // warps' keys (bb, after a barrier), published with one atomicMax (k_mv's
-// head path and k_head_mma)
+// head path, k_head_mma and k_head_dyn)
 template <int NB>
 __device__ __forceinline__ void rt_block_best(const unsigned long long (&bb)[8][NB], int nb, unsigned long long *best) {
   const int tid = threadIdx.x;
