@@ -294,13 +294,13 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
 // split's scores are the same arithmetic; with merge its partials join the
 // block's running ones (below). The block copies the K and V rows earlier
 // launches cached to shared memory asynchronously (its first split's) before
-// it waits on the kernels before it (earlier steps wrote them). After the wait its warps norm and rope the query heads
-// and the rows of this launch (from the first position of the token's
-// sequence in it: a chunk of a sequence's positions sees its own earlier
-// tokens), keys from k (norm + RoPE, as the cache holds them) and values
-// from v, and the block of the row's own token writes them to the cache for
-// later steps (the separate k_kv kernel before did; the same function, so
-// the same bits). A thread then scores one (head, row) pair (k_attn<8, 256>:
+// it waits on the kernels before it (earlier steps wrote them). After the
+// wait its warps norm and rope the query heads and the rows of this launch
+// (from the first position of the token's sequence in it: a chunk of a
+// sequence's positions sees its own earlier tokens), keys from k (norm +
+// RoPE, as the cache holds them) and values from v, and the block of the
+// row's own token writes them to the cache for later steps (the separate
+// k_kv kernel before did; the same function, so the same bits). A thread then scores one (head, row) pair (k_attn<8, 256>:
 // a warp a part of the head dimension, see there), and one output column of
 // every head.
 // GT, DT: G and D as compile-time constants (0: read from the arguments);
@@ -309,11 +309,10 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
 // many as its shared memory allows at D = 256; it fits 80 registers without
 // spills).
 template <int GT, int DT, int RING>
-__global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1) k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs,
-                                              const int64_t *pos, const int *seq, int n_tok, int64_t max_pos,
-                                              int window, const float *nq, const float *nk, float eps,
-                                              const float *kk, const float *vv, float *kc, float *vc, int nsplit,
-                                              float *po, float *pm, float *pl, int merge) {
+__global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
+    k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
+           int n_tok, int64_t max_pos, int window, const float *nq, const float *nk, float eps, const float *kk,
+           const float *vv, float *kc, float *vc, int nsplit, float *po, float *pm, float *pl, int merge) {
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
@@ -448,8 +447,9 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1) k_attn(const float
         if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = vr[q];
       }
     }
-    // split it's keys (RING 2's groups: keys and values of split 0, then the
-    // keys and values of each next split, committed as this one's are read)
+    // the keys of split it (RING 2's groups: keys and values of split 0, then
+    // the keys and values of each next split, committed as this one's are
+    // read)
     if (RING) rt_cp_wait_group<1>();
     else rt_cp_wait();
     __syncthreads();

@@ -283,10 +283,10 @@ extern "C" void mtpq__cuda_session_close(void *p) {
 // k_attn's blocks (RING 2) where their shared memory fits: attn_x
 // blocks per (KV head, token), so that one token's blocks fill the SMs once
 // (a launch of n tokens runs n of those); else RING 0
-template <int RING> static void attn_ring_grid(gpu_session *g) {
+static void attn_ring_grid(gpu_session *g) {
   const struct mtpq_drafter *d = g->d;
-  const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, RING) * 4);
-  auto *k = G == 8 && D == 256 ? k_attn<8, 256, RING> : k_attn<0, 0, RING>;
+  const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, 2) * 4);
+  auto *k = G == 8 && D == 256 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>;
   int dev = 0, room = 0, per = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&room, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || smem > room ||
@@ -298,7 +298,7 @@ template <int RING> static void attn_ring_grid(gpu_session *g) {
   const int force = env_int("MTPQ_CUDA_ATTN_X", 0); // (tests: a few blocks, each over many splits)
   const int64_t x = force > 0 ? force : ((int64_t)g->sms * per + d->Nkv - 1) / d->Nkv;
   g->attn_x = (int)(x < g->nsplit ? x : g->nsplit);
-  g->attn_ring = RING;
+  g->attn_ring = 2;
 }
 
 extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window,
@@ -378,7 +378,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   }
   g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
   g->attn_x = 0, g->attn_ring = 0;
-  if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid<2>(g); // (0: a block per split)
+  if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g); // (0: a block per split)
   g->attn_merge = g->attn_ring == 2 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   enum mtpq_status st = MTPQ_OK;
@@ -889,7 +889,8 @@ static void enqueue_step(gpu_session *g, int n) {
   g->on = g->st;
   const bool nx = H == 2048; // the norm kernels' instance for exactly 2,048 values (rt_ops.cuh, RT_NQX)
   g->launch_i = 0;
-  go(g, false, nx ? k_prep<2048> : k_prep<0>, dim3(g->prefetch || g->kv_budget ? (g->sms > n ? g->sms : n) : n, 2), dim3(256), 0,
+  go(g, false, nx ? k_prep<2048> : k_prep<0>, dim3(g->prefetch || g->kv_budget ? (g->sms > n ? g->sms : n) : n, 2),
+     dim3(256), 0,
      (const uint8_t *)g->embed, (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0],
      (const float *)g->nrm[1], d->eps, g->c, g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0,
      (const float *)g->kc, (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV,
@@ -905,12 +906,14 @@ static void enqueue_step(gpu_session *g, int n) {
   const int ring = g->attn_ring;
   const bool a8 = G == 8 && D == 256;
   go(g, true, ring ? (a8 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>) : a8 ? k_attn<8, 256, 0> : k_attn<0, 0, 0>,
-     dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
+     dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg,
+     Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
      g->pm, g->pl, g->attn_merge);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
-  go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256), (size_t)g->nsplit * 4, (const float *)g->qg,
+  go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
+     (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
      g->nsplit, g->attn_merge ? g->attn_x : g->nsplit, g->att);
   mark(g, "attention combine+gate");
