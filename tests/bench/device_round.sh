@@ -4,11 +4,11 @@
 # MTPQ_ROUND_TL=1 (the default), the working tree with -DMTPQ_CUDA_TIMELINE=ON
 # (build-tl), all at once. Then: 4K batch-1 rows (dev_row: the tree, each alt
 # tree (and at each context of MTPQ_ROUND_ALT_CTX), each MTPQ_ROW_VARIANTS
-# entry LABEL:VAR=VALUE[,VAR=VALUE...] on the tree (CTX=N: at context N), the
-# tree again); the per-block timeline of each drafter's last call
-# (tests/bench/timeline.py, the middle of its 3 steps), by default and with
-# each MTPQ_ROUND_TL_VARIANTS entry (as the rows', where CTX=N sets the
-# context, default 4096); with MTPQ_ROUND_TABLE=1 the table at batch 1, 2, 4
+# entry LABEL:VAR=VALUE[,VAR=VALUE...] on the tree (CTX=N: at context N;
+# BATCH=N: N tokens a step), the tree again); the per-block timeline of each
+# drafter's last call (tests/bench/timeline.py, the middle of its 3 steps),
+# by default and with each MTPQ_ROUND_TL_VARIANTS entry (as the rows', where
+# CTX=N sets the context, default 4096, and BATCH=N the tokens); with MTPQ_ROUND_TABLE=1 the table at batch 1, 2, 4
 # and 8 and contexts MTPQ_ROUND_CONTEXTS (default "4096 32768"); last the gpu
 # runtime tests (MTPQ_ROUND_TESTS: random, the default: the random shapes
 # MTPQ_ROUND_SHAPES, default 0,4,7; all: the whole check_gpu_runtime; 0:
@@ -53,27 +53,29 @@ for name in "${names[@]}"; do
   else echo "$name: build failed"; tail -20 "$OUT/alt-$name-build.txt"; fi
 done
 # a variant's VAR=VALUE[,VAR=VALUE...]: its CTX=N (the context; empty: 4K)
-# in vctx, the variables in venv (space-separated)
+# in vctx, its BATCH=N (tokens a step; empty: 1) in vbatch, the variables
+# in venv (space-separated)
 variant_env() {
   local l
   l=$(echo "$1" | tr ',' '\n')
   vctx=$(echo "$l" | sed -n 's/^CTX=//p')
-  venv=$(echo "$l" | grep -v '^CTX=' | tr '\n' ' ')
+  vbatch=$(echo "$l" | sed -n 's/^BATCH=//p')
+  venv=$(echo "$l" | grep -v -e '^CTX=' -e '^BATCH=' | tr '\n' ' ')
 }
 for v in ${MTPQ_ROW_VARIANTS:-}; do
   variant_env "${v#*:}"
-  CTX=$vctx dev_row ./build-gpu "${v%%:*}" $venv
+  CTX=$vctx BATCH=$vbatch dev_row ./build-gpu "${v%%:*}" $venv
 done
 dev_row ./build-gpu tree-again
 if [ -x build-tl/mtpq ]; then
   for tv in default ${MTPQ_ROUND_TL_VARIANTS:-}; do # LABEL:VAR=VALUE[,VAR=VALUE...] as MTPQ_ROW_VARIANTS
-    vctx= venv=
+    vctx= vbatch= venv=
     [ "$tv" = default ] || variant_env "${tv#*:}"
     tl=$([ "$tv" = default ] || echo "-${tv%%:*}")
     for who in stock mtpq; do
       f=$OUT/tl-$who$tl.csv
       env $venv MTPQ_CUDA_TL_FILE=$f ./build-tl/mtpq bench-step --backend cuda --target $T \
-        $([ $who = mtpq ] && echo --drafter /tmp/q80) --context ${vctx:-4096} --iters 5 > "$OUT/tl-$who$tl-run.txt" 2>&1
+        $([ $who = mtpq ] && echo --drafter /tmp/q80) --context ${vctx:-4096} ${vbatch:+--batch $vbatch} --iters 5 > "$OUT/tl-$who$tl-run.txt" 2>&1
       echo "== timeline$tl, $who: $(grep -E '^(stock|/tmp/q80)' "$OUT/tl-$who$tl-run.txt" | tail -1)"
       python3 tests/bench/timeline.py "$f" - 3 1
     done
