@@ -273,7 +273,7 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
 // place), the split's K and V rows (each row padded by 4 floats so that 8
 // lanes reading 8 rows at one column hit distinct banks), scores, (RING 2:
 // the running maxima, sums, factors and outputs, and the keys' norm
-// constants)
+// constants: rt_head_consts' 16 + 2 x 8 floats a lane, 1,024)
 __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
   return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + 2 * (int64_t)RT_CS * (D + 4) +
          (int64_t)G * RT_CS + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
@@ -300,9 +300,9 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
 // sequence's positions sees its own earlier tokens), keys from k (norm +
 // RoPE, as the cache holds them) and values from v, and the block of the
 // row's own token writes them to the cache for later steps (the separate
-// k_kv kernel before did; the same function, so the same bits). A thread then scores one (head, row) pair (k_attn<8, 256>:
-// a warp a part of the head dimension, see there), and one output column of
-// every head.
+// k_kv kernel before did; the same function, so the same bits). A thread
+// then scores one (head, row) pair (k_attn<8, 256>: a warp a part of the
+// head dimension, see there), and one output column of every head.
 // GT, DT: G and D as compile-time constants (0: read from the arguments);
 // the constant instantiation has its loops unrolled and its per-head tests
 // and divisions folded away, and (RING 0) is held to 3 blocks per SM (as
@@ -320,9 +320,8 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, g = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 4;
   constexpr bool RED = RING && GT == 8 && DT == 256; // the partial scores' own place
-  float *qs = sm, *red = RED ? qs + G * D : qs, *ring = RED ? red + 2048 : qs + G * D;
-  const int stage = 2 * RT_CS * DP;
-  float *ss = ring + stage;
+  float *qs = sm, *red = RED ? qs + G * D : qs, *ks = RED ? red + 2048 : qs + G * D, *vs = ks + RT_CS * DP;
+  float *ss = vs + RT_CS * DP;
   // RING 2, merge: the block's running maximum, sum and rescale factor per
   // head, and its running output (a thread's own columns)
   float *mrun = ss + G * RT_CS, *lrun = mrun + G, *arun = lrun + G, *orun = arun + 2 * G;
@@ -366,7 +365,6 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     int64_t p0;
     int n, nf;
     span(i, p0, n, nf);
-    float *ks = ring, *vs = ks + RT_CS * DP;
     const int cq = 256 / d4, cr = 256 - cq * d4;
     int c = tid, r = c / d4, j = c - r * d4;
     for (; c < nf * d4; c += 256) {
@@ -410,7 +408,6 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     int n, nf;
     span(it, p0, n, nf);
     const int sp = first + it * X;
-    float *ks = ring, *vs = ks + RT_CS * DP;
     if (RING == 2 && it == 0) __syncthreads(); // (kws)
     for (int i = nf + warp; i < n; i += 8) { // this launch's rows, a warp each
       const int64_t q = p0 + i, at = cbase + q * KV;
