@@ -89,10 +89,9 @@ struct gpu_session {
   int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
-  int attn_ring;          // k_attn's RING: 2 where its shared memory fits (MTPQ_CUDA_ATTN_RING=0: a block per split)
   int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
-  int attn_x;             // RING 2: its blocks per (KV head, token) (MTPQ_CUDA_ATTN_X=N: N);
-                          // 0: a block per split
+  int attn_x;             // k_attn RING 2 where its shared memory fits: its blocks per (KV head, token)
+                          // (MTPQ_CUDA_ATTN_X=N: N); 0: RING 0, a block per split (MTPQ_CUDA_ATTN_RING=0)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
   int launch_i;           // the step's launches so far (enqueue_step resets it)
@@ -298,7 +297,6 @@ static void attn_ring_grid(gpu_session *g) {
   const int force = env_int("MTPQ_CUDA_ATTN_X", 0); // (tests: a few blocks, each over many splits)
   const int64_t x = force > 0 ? force : ((int64_t)g->sms * per + d->Nkv - 1) / d->Nkv;
   g->attn_x = (int)(x < g->nsplit ? x : g->nsplit);
-  g->attn_ring = 2;
 }
 
 extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window,
@@ -377,9 +375,9 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
     if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
   }
   g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
-  g->attn_x = 0, g->attn_ring = 0;
+  g->attn_x = 0;
   if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g); // (0: a block per split)
-  g->attn_merge = g->attn_ring == 2 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
+  g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   enum mtpq_status st = MTPQ_OK;
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
@@ -903,7 +901,7 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
-  const int ring = g->attn_ring;
+  const int ring = g->attn_x ? 2 : 0;
   const bool a8 = G == 8 && D == 256;
   go(g, true, ring ? (a8 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>) : a8 ? k_attn<8, 256, 0> : k_attn<0, 0, 0>,
      dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg,

@@ -290,7 +290,8 @@ START_TEST(test_random_shapes) {
        passes take ~55 s each on the CPU side, r5's a few; r4 (o: 8 bands) and r10 (fc: 8 bands) also
        with 8-warp row sets; r0 and r4 (the 80B attention shape) with k_attn's block per split (RING
        0), with one RING 2 block over all the splits (merged), and RING 2 unmerged */
-    const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) | (k == 0 || k == 4 ? 8 | 16 | 32 : 0);
+    const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) |
+                       (k == 0 || k == 4 ? 8 | 16 | 32 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */

@@ -8,9 +8,10 @@
 # BATCH=N: N tokens a step), the tree again); the per-block timeline of each
 # drafter's last call (tests/bench/timeline.py, the middle of its 3 steps),
 # by default and with each MTPQ_ROUND_TL_VARIANTS entry (as the rows', where
-# CTX=N sets the context, default 4096, and BATCH=N the tokens); with MTPQ_ROUND_TABLE=1 the table at batch 1, 2, 4
-# and 8 and contexts MTPQ_ROUND_CONTEXTS (default "4096 32768"); last the gpu
-# runtime tests (MTPQ_ROUND_TESTS: random, the default: the random shapes
+# CTX=N sets the context, default 4096, and BATCH=N the tokens); with
+# MTPQ_ROUND_TABLE=1 the table at batch 1, 2, 4 and 8 and contexts
+# MTPQ_ROUND_CONTEXTS (default "4096 32768"); last the gpu runtime tests
+# (MTPQ_ROUND_TESTS: random, the default: the random shapes
 # MTPQ_ROUND_SHAPES, default 0,4,7; all: the whole check_gpu_runtime; 0:
 # none). MTPQ_ROUND_SASS=REGEX: the disassembly of the matching kernels.
 # Everything it writes is packed into $OUT/round.tgz but its summary,
