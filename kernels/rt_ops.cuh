@@ -261,6 +261,19 @@ __device__ __forceinline__ void rt_cp16(float *dst, const float *src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 
+// the same with an L2 cache hint (pol: createpolicy's 64-bit policy)
+__device__ __forceinline__ void rt_cp16h(float *dst, const float *src, uint64_t pol) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "l"(pol) : "memory");
+}
+
+// an L2 policy that marks every line it is used on evict-first
+__device__ __forceinline__ uint64_t rt_l2_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
 __device__ __forceinline__ void rt_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ __forceinline__ void rt_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // until at most N of this thread's committed groups are still in flight
@@ -312,7 +325,7 @@ template <int GT, int DT, int RING>
 __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
            int n_tok, int64_t max_pos, int window, const float *nq, const float *nk, float eps, const float *kk,
-           const float *vv, float *kc, float *vc, int nsplit, float *po, float *pm, float *pl, int merge) {
+           const float *vv, float *kc, float *vc, int nsplit, float *po, float *pm, float *pl, int merge, int kvef) {
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
@@ -348,6 +361,12 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     if (seq[u] == sq_ && pos[u] < fresh) fresh = pos[u];
   const int64_t cbase = (int64_t)sq_ * max_pos * KV + (int64_t)g * D;
   const int d4 = D / 4;
+  // kvef: the cached rows are copied evict-first. Each is read once a step,
+  // and at 32K the 117 MB of them otherwise pushed everything else out of
+  // L2, the code of the kernels after this one included (k_route took 13-14
+  // us after its wait at 32K against 4-5 at 4K: tests/bench/RESULTS.md,
+  // twenty-second round)
+  const uint64_t pol = kvef ? rt_l2_evict_first() : 0;
   // split i's positions [p0, p0 + n); rows [0, nf) were written by earlier
   // launches (copied to shared memory), rows [nf, n) by this one
   auto span = [&](int i, int64_t &p0, int &n, int &nf) {
@@ -368,8 +387,13 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     const int cq = 256 / d4, cr = 256 - cq * d4;
     int c = tid, r = c / d4, j = c - r * d4;
     for (; c < nf * d4; c += 256) {
-      if (parts & 1) rt_cp16(ks + r * DP + 4 * j, kc + cbase + (p0 + r) * KV + 4 * j);
-      if (parts & 2) rt_cp16(vs + r * DP + 4 * j, vc + cbase + (p0 + r) * KV + 4 * j);
+      if (kvef) {
+        if (parts & 1) rt_cp16h(ks + r * DP + 4 * j, kc + cbase + (p0 + r) * KV + 4 * j, pol);
+        if (parts & 2) rt_cp16h(vs + r * DP + 4 * j, vc + cbase + (p0 + r) * KV + 4 * j, pol);
+      } else {
+        if (parts & 1) rt_cp16(ks + r * DP + 4 * j, kc + cbase + (p0 + r) * KV + 4 * j);
+        if (parts & 2) rt_cp16(vs + r * DP + 4 * j, vc + cbase + (p0 + r) * KV + 4 * j);
+      }
       r += cq, j += cr;
       if (j >= d4) j -= d4, r++;
     }

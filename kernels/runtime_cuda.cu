@@ -92,6 +92,8 @@ struct gpu_session {
   int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
   int attn_x;             // k_attn RING 2 where its shared memory fits: its blocks per (KV head, token)
                           // (MTPQ_CUDA_ATTN_X=N: N); 0: RING 0, a block per split (MTPQ_CUDA_ATTN_RING=0)
+  int ring_n;             // RING 0 for launches of 2..8 tokens within attn_x splits (MTPQ_CUDA_ATTN_RING_N=0: not)
+  int kv_ef;              // k_attn copies the cached K/V evict-first (MTPQ_CUDA_KV_EF=0: not)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
   int launch_i;           // the step's launches so far (enqueue_step resets it)
@@ -378,6 +380,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->attn_x = 0;
   if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g); // (0: a block per split)
   g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
+  g->kv_ef = env_int("MTPQ_CUDA_KV_EF", 1) != 0;
+  g->ring_n = env_int("MTPQ_CUDA_ATTN_RING_N", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   enum mtpq_status st = MTPQ_OK;
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
@@ -901,19 +905,24 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
-  const int ring = g->attn_x ? 2 : 0;
+  // RING 0 at 2..8 tokens where no RING 2 block would hold two splits (a
+  // context of at most attn_x splits, as 4K): then a RING 2 block does what a
+  // RING 0 block does, but two share an SM where three RING 0 ones fit, and
+  // a launch of several tokens is more than a wave
+  const bool ring0n = n > 1 && g->ring_n && g->nsplit <= g->attn_x;
+  const int ring = g->attn_x && !ring0n ? 2 : 0;
   const bool a8 = G == 8 && D == 256;
   go(g, true, ring ? (a8 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>) : a8 ? k_attn<8, 256, 0> : k_attn<0, 0, 0>,
      dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg,
      Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
-     g->pm, g->pl, g->attn_merge);
+     g->pm, g->pl, g->attn_merge, g->kv_ef);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
   go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
      (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
-     g->nsplit, g->attn_merge ? g->attn_x : g->nsplit, g->att);
+     g->nsplit, g->attn_merge && ring ? g->attn_x : g->nsplit, g->att);
   mark(g, "attention combine+gate");
   launch_mv(g, p.o);
   mark(g, "o_proj");

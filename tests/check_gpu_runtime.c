@@ -116,6 +116,8 @@ static const struct {
     {"MTPQ_CUDA_ATTN_RING", "0"}, /* a block per split (the default: RING 2, two blocks per SM over several splits) */
     {"MTPQ_CUDA_ATTN_X", "1"},    /* RING 2 with one block per (KV head, token): all the splits merged in one */
     {"MTPQ_CUDA_ATTN_MERGE", "0"}, /* RING 2 with a partial per split (past 8K: k_attn_combine<4>) */
+    {"MTPQ_CUDA_ATTN_RING_N", "0"}, /* RING 2 at 2..8 tokens within attn_x splits too (default: RING 0 there) */
+    {"MTPQ_CUDA_KV_EF", "0"},       /* the cached K/V copied without the evict-first hint */
 };
 #define NKNOB (sizeof knobs / sizeof knobs[0])
 
@@ -289,9 +291,10 @@ START_TEST(test_random_shapes) {
        (20,000 and 60,000 rows, 3,750 16-row tiles, several a warp) also with k_head_dyn off: r7's
        passes take ~55 s each on the CPU side, r5's a few; r4 (o: 8 bands) and r10 (fc: 8 bands) also
        with 8-warp row sets; r0 and r4 (the 80B attention shape) with k_attn's block per split (RING
-       0), with one RING 2 block over all the splits (merged), and RING 2 unmerged */
+       0), with one RING 2 block over all the splits (merged), RING 2 unmerged, and RING 2 at 2..8
+       tokens; r0 also with the cached K/V copied without the evict-first hint */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) |
-                       (k == 0 || k == 4 ? 8 | 16 | 32 : 0);
+                       (k == 0 || k == 4 ? 8 | 16 | 32 | 64 : 0) | (k == 0 ? 128 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
@@ -324,7 +327,7 @@ START_TEST(test_random_shapes) {
     gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
     /* (by default RING 2, a merged partial a block, and k_attn_combine<1> over them in two passes;
        RING 0 and RING 2 unmerged: a partial a split, <4> in one pass; one RING 2 block over all) */
-    compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32);
+    compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32 | 64);
   }
   ck_assert_msg(ran > 0, "MTPQ_GPU_SHAPES=%s names no shape", getenv("MTPQ_GPU_SHAPES"));
 }
