@@ -325,7 +325,7 @@ template <int GT, int DT, int RING>
 __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
            int n_tok, int64_t max_pos, int window, const float *nq, const float *nk, float eps, const float *kk,
-           const float *vv, float *kc, float *vc, int nsplit, float *po, float *pm, float *pl, int merge, int kvef) {
+           const float *vv, float *kc, float *vc, int nsplit, float *po, float *pm, float *pl, int merge, int64_t ef_pos) {
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
@@ -361,11 +361,15 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     if (seq[u] == sq_ && pos[u] < fresh) fresh = pos[u];
   const int64_t cbase = (int64_t)sq_ * max_pos * KV + (int64_t)g * D;
   const int d4 = D / 4;
-  // kvef: the cached rows are copied evict-first. Each is read once a step,
-  // and at 32K the 117 MB of them otherwise pushed everything else out of
-  // L2, the code of the kernels after this one included (k_route took 13-14
-  // us after its wait at 32K against 4-5 at 4K: tests/bench/RESULTS.md,
-  // twenty-second round)
+  // The cached rows are copied evict-first where the launch's tokens attend
+  // to more than ef_pos positions in all (the host sizes it at half of L2).
+  // Each row is read once a step, and at 32K the 117 MB of them otherwise
+  // pushed everything else out of L2, the code of the kernels after this one
+  // included (k_route took 13-14 us after its wait at 32K against 4-5 at 4K:
+  // tests/bench/RESULTS.md, twenty-second round); at 4K, batch 1, the hint
+  // cost the step ~0.5-0.8 us (twenty-third round): there the rows partly
+  // stay in L2 from one step to the next
+  const bool kvef = (p + 1) * (int64_t)n_tok > ef_pos;
   const uint64_t pol = kvef ? rt_l2_evict_first() : 0;
   // split i's positions [p0, p0 + n); rows [0, nf) were written by earlier
   // launches (copied to shared memory), rows [nf, n) by this one

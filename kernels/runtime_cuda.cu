@@ -93,7 +93,8 @@ struct gpu_session {
   int attn_x;             // k_attn RING 2 where its shared memory fits: its blocks per (KV head, token)
                           // (MTPQ_CUDA_ATTN_X=N: N); 0: RING 0, a block per split (MTPQ_CUDA_ATTN_RING=0)
   int ring_n;             // RING 0 for launches of 2..8 tokens within attn_x splits (MTPQ_CUDA_ATTN_RING_N=0: not)
-  int kv_ef;              // k_attn copies the cached K/V evict-first (MTPQ_CUDA_KV_EF=0: not)
+  int64_t kv_ef_pos;      // k_attn copies the cached K/V evict-first past this many positions a launch (in
+                          // all its tokens): as many as half of L2 holds (MTPQ_CUDA_KV_EF=0: never, 1: always)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
   uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
   int launch_i;           // the step's launches so far (enqueue_step resets it)
@@ -380,7 +381,14 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->attn_x = 0;
   if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g); // (0: a block per split)
   g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
-  g->kv_ef = env_int("MTPQ_CUDA_KV_EF", 1) != 0;
+  {
+    int dev = 0, l2 = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess)
+      cudaGetLastError(), l2 = 0;
+    const int64_t per = 2 * d->Nkv * d->D * 4; // a position's float K and V rows
+    const int ef = env_int("MTPQ_CUDA_KV_EF", -1);
+    g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / per;
+  }
   g->ring_n = env_int("MTPQ_CUDA_ATTN_RING_N", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   enum mtpq_status st = MTPQ_OK;
@@ -917,7 +925,7 @@ static void enqueue_step(gpu_session *g, int n) {
      Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
-     g->pm, g->pl, g->attn_merge, g->kv_ef);
+     g->pm, g->pl, g->attn_merge, g->kv_ef_pos);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
   go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
      (size_t)g->nsplit * 4, (const float *)g->qg,

@@ -117,7 +117,7 @@ static const struct {
     {"MTPQ_CUDA_ATTN_X", "1"},    /* RING 2 with one block per (KV head, token): all the splits merged in one */
     {"MTPQ_CUDA_ATTN_MERGE", "0"}, /* RING 2 with a partial per split (past 8K: k_attn_combine<4>) */
     {"MTPQ_CUDA_ATTN_RING_N", "0"}, /* RING 2 at 2..8 tokens within attn_x splits too (default: RING 0 there) */
-    {"MTPQ_CUDA_KV_EF", "0"},       /* the cached K/V copied without the evict-first hint */
+    {"MTPQ_CUDA_KV_EF", "1"},       /* the cached K/V copied with the evict-first hint at any length */
 };
 #define NKNOB (sizeof knobs / sizeof knobs[0])
 
@@ -292,7 +292,8 @@ START_TEST(test_random_shapes) {
        passes take ~55 s each on the CPU side, r5's a few; r4 (o: 8 bands) and r10 (fc: 8 bands) also
        with 8-warp row sets; r0 and r4 (the 80B attention shape) with k_attn's block per split (RING
        0), with one RING 2 block over all the splits (merged), RING 2 unmerged, and RING 2 at 2..8
-       tokens; r0 also with the cached K/V copied without the evict-first hint */
+       tokens; r0 and long also with the cached K/V copied evict-first (by default only past half of
+       L2, which no test's cache reaches) */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) |
                        (k == 0 || k == 4 ? 8 | 16 | 32 | 64 : 0) | (k == 0 ? 128 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
@@ -327,7 +328,7 @@ START_TEST(test_random_shapes) {
     gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
     /* (by default RING 2, a merged partial a block, and k_attn_combine<1> over them in two passes;
        RING 0 and RING 2 unmerged: a partial a split, <4> in one pass; one RING 2 block over all) */
-    compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32 | 64);
+    compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32 | 64 | 128);
   }
   ck_assert_msg(ran > 0, "MTPQ_GPU_SHAPES=%s names no shape", getenv("MTPQ_GPU_SHAPES"));
 }
