@@ -327,7 +327,8 @@ START_TEST(test_random_shapes) {
     snprintf(dir, sizeof dir, "%s/long", scratch);
     gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
     /* (by default RING 2, a merged partial a block, and k_attn_combine<1> over them in two passes;
-       RING 0 and RING 2 unmerged: a partial a split, <4> in one pass; one RING 2 block over all) */
+       RING 0 and RING 2 unmerged: a partial a split, <4> in one pass; one RING 2 block over all;
+       RING 2 at 2..8 tokens wherever RING 0 would run there by default; the evict-first hint) */
     compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32 | 64 | 128);
   }
   ck_assert_msg(ran > 0, "MTPQ_GPU_SHAPES=%s names no shape", getenv("MTPQ_GPU_SHAPES"));
