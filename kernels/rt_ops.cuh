@@ -367,8 +367,8 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   // pushed everything else out of L2, the code of the kernels after this one
   // included (k_route took 13-14 us after its wait at 32K against 4-5 at 4K:
   // tests/bench/RESULTS.md, twenty-second round); at 4K, batch 1, the hint
-  // cost the step ~0.5-0.8 us (twenty-third round): there the rows partly
-  // stay in L2 from one step to the next
+  // cost the step 0.4-1.1 us (twenty-third round), probably because there
+  // the rows partly stay in L2 from one step to the next
   const bool kvef = (p + 1) * (int64_t)n_tok > ef_pos;
   const uint64_t pol = kvef ? rt_l2_evict_first() : 0;
   // split i's positions [p0, p0 + n); rows [0, nf) were written by earlier
