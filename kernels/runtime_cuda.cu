@@ -285,13 +285,12 @@ extern "C" void mtpq__cuda_session_close(void *p) {
 // k_attn's blocks (RING 2) where their shared memory fits: attn_x
 // blocks per (KV head, token), so that one token's blocks fill the SMs once
 // (a launch of n tokens runs n of those); else RING 0
-static void attn_ring_grid(gpu_session *g) {
+static void attn_ring_grid(gpu_session *g, int dev) {
   const struct mtpq_drafter *d = g->d;
   const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, 2) * 4);
   auto *k = G == 8 && D == 256 ? k_attn<8, 256, 2> : k_attn<0, 0, 2>;
-  int dev = 0, room = 0, per = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&room, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || smem > room ||
+  int room = 0, per = 0;
+  if (cudaDeviceGetAttribute(&room, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || smem > room ||
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, 256, smem) != cudaSuccess || per < 1) {
     cudaGetLastError(); // (no room: the kernel of a block per split)
@@ -372,25 +371,19 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->prefetch = pf && strcmp(pf, "1") == 0;
   const char *kvmb = getenv("MTPQ_CUDA_PREFETCH_KV_MB"); // MTPQ_CUDA_PREFETCH=kv: the cached K/V only
   g->kv_budget = g->prefetch || (pf && strcmp(pf, "kv") == 0) ? (int64_t)((kvmb ? atof(kvmb) : 24.0) * 1e6) : 0;
-  {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
-  }
+  int dev = 0, l2 = 0;
+  cudaGetDevice(&dev);
+  if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) cudaGetLastError(), l2 = 0;
   g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
   g->attn_x = 0;
-  if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g); // (0: a block per split)
+  if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g, dev); // (0: a block per split)
   g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
-  {
-    int dev = 0, l2 = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess)
-      cudaGetLastError(), l2 = 0;
-    const int64_t per = 2 * d->Nkv * d->D * 4; // a position's float K and V rows
-    const int ef = env_int("MTPQ_CUDA_KV_EF", -1);
-    g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / per;
-  }
-  g->ring_n = env_int("MTPQ_CUDA_ATTN_RING_N", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
+  g->ring_n = env_int("MTPQ_CUDA_ATTN_RING_N", 1) != 0;
+  const int64_t kv_per = 2 * d->Nkv * d->D * 4; // a position's float K and V rows
+  const int ef = env_int("MTPQ_CUDA_KV_EF", -1);
+  g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / kv_per;
   enum mtpq_status st = MTPQ_OK;
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
       cudaStreamCreateWithFlags(&g->st2, cudaStreamNonBlocking) != cudaSuccess ||
