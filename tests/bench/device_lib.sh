@@ -50,6 +50,18 @@ dev_row() {
   printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us (dev %s)  ", $1, $(NF-9), $(NF-1)}')"
 }
 
+# A row variant's VAR=VALUE[,VAR=VALUE...] (device_round.sh's and
+# device_final.sh's MTPQ_ROW_VARIANTS entries): its CTX=N (the context;
+# empty: 4K) in vctx, its BATCH=N (tokens a step; empty: 1) in vbatch, the
+# variables in venv (space-separated)
+variant_env() {
+  local l
+  l=$(echo "$1" | tr ',' '\n')
+  vctx=$(echo "$l" | sed -n 's/^CTX=//p')
+  vbatch=$(echo "$l" | sed -n 's/^BATCH=//p')
+  venv=$(echo "$l" | grep -v -e '^CTX=' -e '^BATCH=' | tr '\n' ' ')
+}
+
 # BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K, batch 1 (or
 # NCU_BATCH), under ncu, kernel by kernel (serialised: each kernel's duration
 # alone; call 50: the stock row makes 45 calls at --iters 40, so NCU_CALL=10

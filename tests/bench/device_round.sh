@@ -53,16 +53,6 @@ for name in "${names[@]}"; do
     for c in ${MTPQ_ROUND_ALT_CTX:-}; do CTX=$c dev_row "/tmp/alt-$name/build-gpu" "$name-$c"; done
   else echo "$name: build failed"; tail -20 "$OUT/alt-$name-build.txt"; fi
 done
-# a variant's VAR=VALUE[,VAR=VALUE...]: its CTX=N (the context; empty: 4K)
-# in vctx, its BATCH=N (tokens a step; empty: 1) in vbatch, the variables
-# in venv (space-separated)
-variant_env() {
-  local l
-  l=$(echo "$1" | tr ',' '\n')
-  vctx=$(echo "$l" | sed -n 's/^CTX=//p')
-  vbatch=$(echo "$l" | sed -n 's/^BATCH=//p')
-  venv=$(echo "$l" | grep -v -e '^CTX=' -e '^BATCH=' | tr '\n' ' ')
-}
 for v in ${MTPQ_ROW_VARIANTS:-}; do
   variant_env "${v#*:}"
   CTX=$vctx BATCH=$vbatch dev_row ./build-gpu "${v%%:*}" $venv
