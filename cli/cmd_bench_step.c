@@ -174,7 +174,7 @@ int cmd_bench_step(int argc, char **argv) {
         int64_t by = 0;
         enum mtpq_status st = mtpq_drafter_open(target, d ? a.multi[idr][d - 1] : NULL, &dr, &err);
         if (!st) { /* the k timed steps attend over ctx+1 .. ctx+k positions: their mean */
-          by = mtpq_drafter_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 4, bats[b]);
+          by = mtpq_drafter_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 2, bats[b]);
           st = time_step(dr, be, ctxs[c], bats[b], k, iters, d ? name : "stock", cli_has(bench_step_opts, &a, "profile"),
                          &sv, &dsv, &err);
         }
@@ -192,7 +192,7 @@ int cmd_bench_step(int argc, char **argv) {
         fflush(stdout);
       }
     }
-  printf("bytes = dense linears + head once, plus per sequence: top-k experts, one embedding row, float32 K/V of "
+  printf("bytes = dense linears + head once, plus per sequence: top-k experts, one embedding row, BF16 K/V of "
          "the positions attended; floor = bytes / HBM; x floor = us / floor; speedup = stock us / this us; drafts/s = "
          "batch / step; us/step = a call's wall time / k; dev us = its k steps' device time / k (CUDA: events around "
          "the steps, without staging the inputs, copying the drafts back and the host's wait), dev x = dev us / "

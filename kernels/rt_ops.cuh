@@ -153,8 +153,9 @@ __device__ void rt_prefetch_regions(const pf_region *reg, int nreg, int64_t gt, 
 template <int NX>
 __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
     k_prep(const uint8_t *embed, const int *tok, const float *hid, int H, const float *ne, const float *nh, float eps,
-           float *c, unsigned long long *best, int n, const pf_region *reg, int nreg, const float *kc, const float *vc,
-           const int64_t *pos, const int *seq, int64_t max_pos, int64_t KV, int window, int64_t kv_budget) {
+           float *c, unsigned long long *best, int n, const pf_region *reg, int nreg, const uint16_t *kc,
+           const uint16_t *vc, const int64_t *pos, const int *seq, int64_t max_pos, int64_t KV, int window,
+           int64_t kv_budget) {
   RT_TL_START();
   rt_trigger();
   constexpr int NQ = RT_NQX(NX);
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
     for (int t = 0; t < n; t++) {
       const int64_t p = pos[t], lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
       const int64_t at = ((int64_t)seq[t] * max_pos + lo) * KV;
-      int64_t b = (p - lo) * KV * 4;
+      int64_t b = (p - lo) * KV * 2; // (BF16)
       if (used + 2 * b > kv_budget) b = (kv_budget - used) / 2; // the first rows (the first splits' blocks start first)
       if (b <= 0) break;
       used += 2 * b;
@@ -256,13 +257,13 @@ __device__ void rt_head_norm_rope(const float *src, const rt_head_consts &k, int
 
 // 16 bytes global -> shared without passing through registers (sm_80+);
 // completes at rt_cp_wait
-__device__ __forceinline__ void rt_cp16(float *dst, const float *src) {
+__device__ __forceinline__ void rt_cp16(void *dst, const void *src) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 
 // the same with an L2 cache hint (pol: createpolicy's 64-bit policy)
-__device__ __forceinline__ void rt_cp16h(float *dst, const float *src, uint64_t pol) {
+__device__ __forceinline__ void rt_cp16h(void *dst, const void *src, uint64_t pol) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "l"(pol) : "memory");
 }
@@ -283,17 +284,21 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
 
 // Shared memory of k_attn, in floats: query heads, (RING 2 at G = 8, D =
 // 256: the 8 warps' partial scores, which otherwise meet in the query heads'
-// place), the split's K and V rows (each row padded by 4 floats so that 8
-// lanes reading 8 rows at one column hit distinct banks), scores, (RING 2:
-// the running maxima, sums, factors and outputs, and the keys' norm
-// constants: rt_head_consts' 16 + 2 x 8 floats a lane, 1,024)
+// place), the split's K and V rows in BF16 as cached (each row padded by 8
+// values, 16 bytes, so that 8 lanes reading 8 rows at one column hit
+// distinct banks), scores, a warp's float row (this launch's keys, normed
+// and roped before they are rounded), (RING 2: the running maxima, sums,
+// factors and outputs, and the keys' norm constants: rt_head_consts' 16 + 2
+// x 8 floats a lane, 1,024)
 __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
-  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + 2 * (int64_t)RT_CS * (D + 4) +
-         (int64_t)G * RT_CS + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
+  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + (int64_t)RT_CS * (D + 8) +
+         (int64_t)G * RT_CS + 8 * (int64_t)D + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
 }
 
+__device__ __forceinline__ float rt_bf(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
 // grid (X, Nkv, tokens), 256 threads, rt_attn_smem floats of shared memory,
-// D % 4 == 0: the G = Nq/Nkv query heads of KV head g over the positions of
+// D % 8 == 0: the G = Nq/Nkv query heads of KV head g over the positions of
 // split s, [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised
 // output per head (flash-decoding; k_attn_combine merges the splits). RING
 // 0: X covers the splits, a block scores split blockIdx.x. RING 2 (the
@@ -325,19 +330,21 @@ template <int GT, int DT, int RING>
 __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
            int n_tok, int64_t max_pos, int window, const float *nq, const float *nk, float eps, const float *kk,
-           const float *vv, float *kc, float *vc, int nsplit, float *po, float *pm, float *pl, int merge, int64_t ef_pos) {
+           const float *vv, uint16_t *kc, uint16_t *vc, int nsplit, float *po, float *pm, float *pl, int merge,
+           int64_t ef_pos) {
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
   static_assert(RING == 0 || RING == 2, "k_attn: RING 0 or 2");
   const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, g = blockIdx.y, t = blockIdx.z;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 4;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 8; // (K/V rows: BF16 values)
   constexpr bool RED = RING && GT == 8 && DT == 256; // the partial scores' own place
-  float *qs = sm, *red = RED ? qs + G * D : qs, *ks = RED ? red + 2048 : qs + G * D, *vs = ks + RT_CS * DP;
-  float *ss = vs + RT_CS * DP;
+  float *qs = sm, *red = RED ? qs + G * D : qs;
+  uint16_t *ks = reinterpret_cast<uint16_t *>(RED ? red + 2048 : qs + G * D), *vs = ks + RT_CS * DP;
+  float *ss = reinterpret_cast<float *>(vs + RT_CS * DP), *fr = ss + G * RT_CS + warp * D; // fr: the warp's float row
   // RING 2, merge: the block's running maximum, sum and rescale factor per
   // head, and its running output (a thread's own columns)
-  float *mrun = ss + G * RT_CS, *lrun = mrun + G, *arun = lrun + G, *orun = arun + 2 * G;
+  float *mrun = ss + G * RT_CS + 8 * D, *lrun = mrun + G, *arun = lrun + G, *orun = arun + 2 * G;
   // RING 2: the keys' norm weights and RoPE row at p, lane-wise as
   // rt_head_consts holds them (in registers through the loop they pushed it
   // past its 128 registers into spills)
@@ -360,7 +367,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   for (int u = 0; u < n_tok; u++)
     if (seq[u] == sq_ && pos[u] < fresh) fresh = pos[u];
   const int64_t cbase = (int64_t)sq_ * max_pos * KV + (int64_t)g * D;
-  const int d4 = D / 4;
+  const int d8 = D / 8; // 16-byte chunks of a BF16 row
   // The cached rows are copied evict-first where the launch's tokens attend
   // to more than ef_pos positions in all (the host sizes it at half of L2).
   // Each row is read once a step, and at 32K the 117 MB of them otherwise
@@ -382,24 +389,24 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     nf = fresh <= p0 ? 0 : fresh - p0 >= n ? n : (int)(fresh - p0);
   };
   // split i's cached rows (parts: 1 keys, 2 values, 3 both) into shared
-  // memory; a thread's chunk c is (row c / d4, column c % d4), stepped by 256
+  // memory; a thread's chunk c is (row c / d8, column c % d8), stepped by 256
   // chunks = cq rows and cr columns (no division in the loop)
   auto fetch = [&](int i, int parts) {
     int64_t p0;
     int n, nf;
     span(i, p0, n, nf);
-    const int cq = 256 / d4, cr = 256 - cq * d4;
-    int c = tid, r = c / d4, j = c - r * d4;
-    for (; c < nf * d4; c += 256) {
+    const int cq = 256 / d8, cr = 256 - cq * d8;
+    int c = tid, r = c / d8, j = c - r * d8;
+    for (; c < nf * d8; c += 256) {
       if (kvef) {
-        if (parts & 1) rt_cp16h(ks + r * DP + 4 * j, kc + cbase + (p0 + r) * KV + 4 * j, pol);
-        if (parts & 2) rt_cp16h(vs + r * DP + 4 * j, vc + cbase + (p0 + r) * KV + 4 * j, pol);
+        if (parts & 1) rt_cp16h(ks + r * DP + 8 * j, kc + cbase + (p0 + r) * KV + 8 * j, pol);
+        if (parts & 2) rt_cp16h(vs + r * DP + 8 * j, vc + cbase + (p0 + r) * KV + 8 * j, pol);
       } else {
-        if (parts & 1) rt_cp16(ks + r * DP + 4 * j, kc + cbase + (p0 + r) * KV + 4 * j);
-        if (parts & 2) rt_cp16(vs + r * DP + 4 * j, vc + cbase + (p0 + r) * KV + 4 * j);
+        if (parts & 1) rt_cp16(ks + r * DP + 8 * j, kc + cbase + (p0 + r) * KV + 8 * j);
+        if (parts & 2) rt_cp16(vs + r * DP + 8 * j, vc + cbase + (p0 + r) * KV + 8 * j);
       }
       r += cq, j += cr;
-      if (j >= d4) j -= d4, r++;
+      if (j >= d8) j -= d8, r++;
     }
   };
   // the norm weights of the query heads and of the keys, and the RoPE row
@@ -443,7 +450,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       for (int x = 0; x < n_tok; x++)
         if (seq[x] == sq_ && pos[x] == q) u = x;
       if (u < 0) {
-        for (int j = lane; j < D; j += 32) ks[i * DP + j] = kc[at + j], vs[i * DP + j] = vc[at + j];
+        for (int j = lane; j < D; j += 32) ks[i * DP + j] = kc[at + j], vs[i * DP + j] = vc[at + j]; // (BF16 bits)
         continue;
       }
       rt_head_consts kq;
@@ -456,7 +463,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       } else
         kq = kw;
       const int64_t src = (int64_t)u * KV + (int64_t)g * D;
-      rt_head_norm_rope(kk + src, kq, D, eps, rot, ks + i * DP);
+      rt_head_norm_rope(kk + src, kq, D, eps, rot, fr); // (then rounded to BF16 as the cache holds it)
       // the value row's loads all issued before its stores (a load, two
       // stores, a load...: vv may alias the cache as far as the compiler
       // knows, so each load waited for the stores before it, 8 L2 round trips
@@ -468,9 +475,11 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       for (int q = 0; q < 16; q++) {
         const int j = lane + 32 * q;
         if (j >= D) break;
-        vs[i * DP + j] = vr[q];
-        if (u == t) kc[at + j] = ks[i * DP + j], vc[at + j] = vr[q];
+        const uint16_t kb = mtpq_f32_to_bf16(fr[j]), vb = mtpq_f32_to_bf16(vr[q]);
+        ks[i * DP + j] = kb, vs[i * DP + j] = vb;
+        if (u == t) kc[at + j] = kb, vc[at + j] = vb;
       }
+      __syncwarp(); // (fr read before the warp's next row)
     }
     // the keys of split it (RING 2's groups: keys and values of split 0, then
     // the keys and values of each next split, committed as this one's are
@@ -480,26 +489,33 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     __syncthreads();
     if constexpr (GT == 8 && DT == 256) {
       // the 80B shape: lane = row, warp w sums columns [32 w, 32 w + 32) of
-      // all 8 heads, so each 16-byte chunk of K is loaded once for 8 heads
-      // (the q chunks are broadcasts): 72 shared loads a thread where a
-      // thread per (head, row) took 128, and a third of the shared-memory
-      // wavefronts (ncu: k_attn shared-memory bound, MIO throttle). The 8
+      // all 8 heads, so each 16-byte chunk of K (8 BF16 keys) is loaded once
+      // for 8 heads (the q chunks are broadcasts): 68 shared loads a thread
+      // (72 with float keys) where a thread per (head, row) took 128, and a
+      // third of the shared-memory wavefronts (ncu, float keys: k_attn
+      // shared-memory bound, MIO throttle). The 8
       // partial sums meet in red (not RING: qs, free once every warp has
       // read it) and are added in warp order.
       float a[8];
 #pragma unroll
       for (int h = 0; h < 8; h++) a[h] = 0.0f;
       if (lane < n) {
-        const float4 *kv = reinterpret_cast<const float4 *>(ks + lane * DP) + 8 * warp;
+        const uint4 *kv = reinterpret_cast<const uint4 *>(ks + lane * DP) + 4 * warp; // 8 BF16 keys a load
         const float4 *qv = reinterpret_cast<const float4 *>(qs) + 8 * warp;
 #pragma unroll
-        for (int jj = 0; jj < 8; jj++) {
-          const float4 k = kv[jj];
+        for (int jj = 0; jj < 4; jj++) {
+          const uint4 kb = kv[jj];
 #pragma unroll
-          for (int h = 0; h < 8; h++) {
-            const float4 x = qv[h * 64 + jj];
-            a[h] = fmaf(x.x, k.x, a[h]), a[h] = fmaf(x.y, k.y, a[h]), a[h] = fmaf(x.z, k.z, a[h]);
-            a[h] = fmaf(x.w, k.w, a[h]);
+          for (int hf = 0; hf < 2; hf++) { // the load's two halves of 4 keys (each head's columns in order)
+            const uint32_t u0 = hf ? kb.z : kb.x, u1 = hf ? kb.w : kb.y;
+            const float4 k = make_float4(__uint_as_float(u0 << 16), __uint_as_float(u0 & 0xFFFF0000u),
+                                         __uint_as_float(u1 << 16), __uint_as_float(u1 & 0xFFFF0000u));
+#pragma unroll
+            for (int h = 0; h < 8; h++) {
+              const float4 x = qv[h * 64 + 2 * jj + hf];
+              a[h] = fmaf(x.x, k.x, a[h]), a[h] = fmaf(x.y, k.y, a[h]), a[h] = fmaf(x.z, k.z, a[h]);
+              a[h] = fmaf(x.w, k.w, a[h]);
+            }
           }
         }
       }
@@ -517,15 +533,16 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     } else {
       for (int e = tid; e < G * n; e += 256) { // (head, row) pairs, rows fastest
         const int h = e / n, i = e - h * n;
-        const float4 *qv = reinterpret_cast<const float4 *>(qs + h * D), *kv = reinterpret_cast<const float4 *>(ks + i * DP);
+        const float4 *qv = reinterpret_cast<const float4 *>(qs + h * D);
+        const uint4 *kv = reinterpret_cast<const uint4 *>(ks + i * DP); // 8 BF16 keys a load
         float a0 = 0.0f, a1 = 0.0f;
-        for (int j = 0; j < d4; j += 2) {
-          const float4 x = qv[j], k = kv[j];
-          a0 = fmaf(x.x, k.x, a0), a0 = fmaf(x.y, k.y, a0), a0 = fmaf(x.z, k.z, a0), a0 = fmaf(x.w, k.w, a0);
-          if (j + 1 < d4) {
-            const float4 y = qv[j + 1], l = kv[j + 1];
-            a1 = fmaf(y.x, l.x, a1), a1 = fmaf(y.y, l.y, a1), a1 = fmaf(y.z, l.z, a1), a1 = fmaf(y.w, l.w, a1);
-          }
+        for (int j = 0; j < d8; j++) { // (the sums of the float4 pairs as before: a0 even quads, a1 odd)
+          const uint4 kb = kv[j];
+          const float4 x = qv[2 * j], y = qv[2 * j + 1];
+          a0 = fmaf(x.x, __uint_as_float(kb.x << 16), a0), a0 = fmaf(x.y, __uint_as_float(kb.x & 0xFFFF0000u), a0);
+          a0 = fmaf(x.z, __uint_as_float(kb.y << 16), a0), a0 = fmaf(x.w, __uint_as_float(kb.y & 0xFFFF0000u), a0);
+          a1 = fmaf(y.x, __uint_as_float(kb.z << 16), a1), a1 = fmaf(y.y, __uint_as_float(kb.z & 0xFFFF0000u), a1);
+          a1 = fmaf(y.z, __uint_as_float(kb.w << 16), a1), a1 = fmaf(y.w, __uint_as_float(kb.w & 0xFFFF0000u), a1);
         }
         ss[h * RT_CS + i] = (a0 + a1) * scale;
       }
@@ -565,7 +582,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       for (int i0 = 0; i0 < n; i0 += 4) {
         float v[4];
 #pragma unroll
-        for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? vs[(i0 + q) * DP + j] : 0.0f;
+        for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? rt_bf(vs[(i0 + q) * DP + j]) : 0.0f;
 #pragma unroll
         for (int h = 0; h < 16; h++)
           if (h < G) {

@@ -21,7 +21,9 @@
  * ZCNorm(x; w) = x / sqrt(mean(x^2) + eps) * (1 + w). Weights are BF16, FP8
  * per tensor or NVFP4, dequantized on the fly; the CPU backend accumulates
  * in float32 and keeps activations in float32 (vLLM rounds activations to
- * bf16 between ops, so logits differ from it at bf16 ULP scale).
+ * bf16 between ops, so logits differ from it at bf16 ULP scale); the KV
+ * cache holds K (normed, roped) and V rounded to BF16 as vLLM's does, so a
+ * step reads the cache bytes vLLM's reads.
  */
 #ifndef MTPQ_KERNELS_RUNTIME_H
 #define MTPQ_KERNELS_RUNTIME_H
@@ -46,7 +48,7 @@ int mtpq_drafter_reduced_head(const struct mtpq_drafter *d);
 
 /* Bytes a batch-1 step reads at `context` cached positions: every dense
  * linear, top-k experts, the head, one embedding row, and the K/V cache at
- * kv_elem_bytes per element (4: both backends cache float32). */
+ * kv_elem_bytes per element (2: both backends cache BF16). */
 int64_t mtpq_drafter_step_bytes(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes);
 /* The same for `batch` sequences drafting together: dense linears and head
  * once, embedding rows, experts and K/V per sequence (experts that two

@@ -272,8 +272,8 @@ struct mtpq_session {
   struct mtpq_drafter *d;
   int64_t max_pos;
   int window, nseq, cur;  /* cur: the selected sequence */
-  float *kc, *vc;         /* the selected sequence's [max_pos, Nkv*D] */
-  float *kc_all, *vc_all; /* nseq caches */
+  uint16_t *kc, *vc;         /* the selected sequence's [max_pos, Nkv*D], BF16 bits (as vLLM caches) */
+  uint16_t *kc_all, *vc_all; /* nseq caches */
   /* scratch: e c x0 a qg kk vv att y y2 m t1 sc g1 u1 pr */
   float *v[N_SCRATCH];
   void *gpu; /* MTPQ_BACKEND_CUDA: the device session */
@@ -493,8 +493,10 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
       zcnorm(kk + h * D, d->nrm[5], D, d->eps, kk + h * D);
       rope(kk + h * D, d->rot, pos, d->theta);
     }
-    memcpy(s->kc + pos * KV, kk, (size_t)KV * 4);
-    memcpy(s->vc + pos * KV, vv, (size_t)KV * 4);
+    /* the cache holds K and V rounded to BF16 (nearest even), as vLLM's
+     * cache of a BF16 model does; a token attends to its own row as cached */
+    for (int64_t j = 0; j < KV; j++)
+      s->kc[pos * KV + j] = mtpq_f32_to_bf16(kk[j]), s->vc[pos * KV + j] = mtpq_f32_to_bf16(vv[j]);
     int64_t lo = s->window > 0 && pos + 1 > s->window ? pos + 1 - s->window : 0;
     float scale = 1.0f / sqrtf((float)D);
     for (int64_t h = 0; h < Nq; h++) {
@@ -504,9 +506,9 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
       int64_t kvh = h / (Nq / Nkv);
       float mx = -INFINITY;
       for (int64_t p = lo; p <= pos; p++) {
-        const float *kp = s->kc + p * KV + kvh * D;
+        const uint16_t *kp = s->kc + p * KV + kvh * D;
         float dot = 0;
-        for (int64_t j = 0; j < D; j++) dot += q[j] * kp[j];
+        for (int64_t j = 0; j < D; j++) dot += q[j] * mtpq_bf16_to_f32(kp[j]);
         sc[p] = dot * scale;
         if (sc[p] > mx) mx = sc[p];
       }
@@ -515,9 +517,9 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
       float *o = att + h * D;
       for (int64_t j = 0; j < D; j++) o[j] = 0;
       for (int64_t p = lo; p <= pos; p++) {
-        const float *vp = s->vc + p * KV + kvh * D;
+        const uint16_t *vp = s->vc + p * KV + kvh * D;
         float w = (float)(sc[p] / sum);
-        for (int64_t j = 0; j < D; j++) o[j] += w * vp[j];
+        for (int64_t j = 0; j < D; j++) o[j] += w * mtpq_bf16_to_f32(vp[j]);
       }
       for (int64_t j = 0; j < D; j++) o[j] *= sigm(gate[j]);
     }

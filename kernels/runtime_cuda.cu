@@ -115,7 +115,7 @@ struct gpu_session {
   float *nrm[7];
   const uint8_t *embed;
   int64_t *ids;
-  float *kc, *vc;
+  uint16_t *kc, *vc; // the K/V caches, BF16 bits
   float *out, *c, *x0, *a, *qg, *kk, *vv, *att, *y, *y2, *m, *m2, *pr, *z, *gb, *ub, *act, *po, *pm, *pl, *logits;
   int *sel, *tok, *seqa, *rec, *stepc;
   float2 *rcs; // RoPE cos, sin per position and rotated pair (computed on the host, as the CPU backend does)
@@ -324,8 +324,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (d->H > 256 * RT_NQ)
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "hidden size %lld: the CUDA backend takes up to %d", (long long)d->H,
                         256 * RT_NQ);
-  if (d->D % 4) /* 16-byte loads of cached keys */
-    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "head_dim %lld: the CUDA backend takes multiples of 4", (long long)d->D);
+  if (d->D % 8) /* 16-byte copies of cached BF16 keys */
+    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "head_dim %lld: the CUDA backend takes multiples of 8", (long long)d->D);
   gpu_session *g = new gpu_session();
   g->d = d, g->max_pos = max_pos, g->window = window, g->nseq = nseq, g->cur = 0;
   g->nsplit = (int)((max_pos + RT_CS - 1) / RT_CS);
@@ -381,7 +381,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
   g->ring_n = env_int("MTPQ_CUDA_ATTN_RING_N", 1) != 0;
-  const int64_t kv_per = 2 * d->Nkv * d->D * 4; // a position's float K and V rows
+  const int64_t kv_per = 2 * d->Nkv * d->D * 2; // a position's BF16 K and V rows
   const int ef = env_int("MTPQ_CUDA_KV_EF", -1);
   g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / kv_per;
   enum mtpq_status st = MTPQ_OK;
@@ -454,18 +454,23 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   const int64_t slots = NM * (g->K + 1) * g->IM, ps = NM * d->Nq * (int64_t)g->nsplit;
   float **bufs[] = {&g->c, &g->x0, &g->a, &g->qg, &g->kk, &g->vv, &g->att, &g->y,
                     &g->y2, &g->m, &g->m2, &g->pr, &g->z, &g->gb, &g->ub, &g->act, &g->po, &g->pm, &g->pl,
-                    &g->logits, &g->kc, &g->vc, &g->wsel};
+                    &g->logits, &g->wsel};
   size_t sizes[] = {(size_t)(NM * 2 * H), (size_t)(NM * H), (size_t)(NM * H),
                     (size_t)(NM * QG), (size_t)(NM * KV), (size_t)(NM * KV), (size_t)(NM * d->Nq * d->D),
                     (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * (E ? E : 1)),
                     (size_t)NM,
                     (size_t)slots, (size_t)slots, (size_t)slots, (size_t)(ps * d->D), (size_t)ps, (size_t)ps,
-                    (size_t)d->head.rows, (size_t)(nseq * max_pos * KV), (size_t)(nseq * max_pos * KV),
-                    (size_t)(NM * RT_KST)};
+                    (size_t)d->head.rows, (size_t)(NM * RT_KST)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) {
     st = dalloc(g, bufs[i], sizes[i] * 4, err);
     if (!st && cudaMemset(*bufs[i], 0, sizes[i] * 4) != cudaSuccess)
       st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
+  }
+  uint16_t **caches[] = {&g->kc, &g->vc};
+  for (int i = 0; i < 2 && !st; i++) {
+    const size_t b = (size_t)(nseq * max_pos * KV) * 2;
+    st = dalloc(g, caches[i], b, err);
+    if (!st && cudaMemset(*caches[i], 0, b) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
   }
   if (!st) {
     const int64_t hp = d->rot / 2;
@@ -896,7 +901,7 @@ static void enqueue_step(gpu_session *g, int n) {
      dim3(256), 0,
      (const uint8_t *)g->embed, (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0],
      (const float *)g->nrm[1], d->eps, g->c, g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0,
-     (const float *)g->kc, (const float *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV,
+     (const uint16_t *)g->kc, (const uint16_t *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV,
      g->window, g->kv_budget);
   mark(g, "embed+norms");
   launch_mv(g, p.fc);

@@ -6,7 +6,7 @@
  * small targets (gen_fixture: widths that fill part of a 512-column band,
  * 1..8 query heads per KV head, a width that is not a multiple of 16 for
  * the generic kernel) stock and quantized: a 40-slot prefill (chunks of up
- * to 8 slots) within relative error 1e-5 of the CPU, and batched drafts of
+ * to 8 slots) within relative error 1e-4 of the CPU, and batched drafts of
  * 2, 3 and 5 sequences with different contexts (launches of 2, 4 and 8
  * tokens), then of one of them alone (the head at one token; the large
  * heads also with MTPQ_CUDA_HEAD_MMA=0, one also with
@@ -15,7 +15,13 @@
  * MTPQ_GPU_SHAPES=0,4,7 (say) runs only those random shapes and leaves out
  * the 8K case ("long" names it): a short check of one kernel on the GPU
  * machine, whose calls are limited to 10 minutes.
- * Tolerance: both backends accumulate in float32 in different orders. */
+ * Tolerance: both backends accumulate in float32 in different orders, and
+ * both cache K and V in BF16, so a value that differs by a float ulp between
+ * them can round to neighbouring BF16 values (2^-8 apart): outputs that went
+ * through the cache agree to 1e-5 .. 3e-5 (H200, random shapes r0, r4, r7),
+ * 1.6e-7 .. 3.7e-7 while both cached float32 (bound 1e-5 then); against a cache
+ * left unrounded the CPU is 8.7e-4 off the PyTorch reference (check_runtime).
+ * The head's logits from one hidden state stay within 1e-5. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -70,7 +76,7 @@ static void compare_backends(const char *drafter) {
       ck_assert_msg(mtpq_session_step(g, 192, tok, ht->data, 1, pos, og, &err) == MTPQ_OK, "%s", err.msg);
       double e = rel_err(og, oc, (size_t)(192 * H));
       printf("%s: first pass, CUDA vs CPU relative error %.3g\n", drafter ? drafter : "stock", e);
-      ck_assert_msg(e < 1e-5, "first pass: relative error %.3g", e);
+      ck_assert_msg(e < 1e-4, "first pass: relative error %.3g", e);
       for (int k = 0; k < 192; k++) {
         int32_t a, b;
         mtpq_session_head(c, oc + k * H, &a, NULL);
@@ -157,7 +163,8 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
     }
     start[q] = len;
   }
-  ck_assert_msg(worst < 1e-5, "%s: prefill relative error %.3g", drafter ? drafter : target, worst);
+  printf("%s: prefill relative error %.3g\n", drafter ? drafter : target, worst);
+  ck_assert_msg(worst < 1e-4, "%s: prefill relative error %.3g", drafter ? drafter : target, worst);
   int32_t t0[NS], dc[NS * STEPS], dg[NS * STEPS];
   for (int q = 0; q < NS; q++) t0[q] = tok[q];
   int same = 0, all = 0;

@@ -44,9 +44,15 @@ START_TEST(test_forward_matches_torch) {
   /* every slot's output, and the argmax of every slot */
   const struct mtpq_tensor *oh = mtpq_st_find(ref, "out_hidden"), *am = mtpq_st_find(ref, "argmax"),
                            *l2 = mtpq_st_find(ref, "logits_last2");
+  /* Bound 1e-4: K and V are cached in BF16, and an element whose float
+   * value differs by an ulp between two implementations (summation order)
+   * can round to neighbouring BF16 values, 2^-8 apart, which puts their
+   * agreement at 1e-5 to 3e-5 (2.2e-5 here, on the GPU machine's torch;
+   * 2e-5 held while both cached float32); a cache left unrounded against
+   * this reference is 8.7e-4 off */
   double e = rel_err(out, oh->data, (size_t)(P * H));
   printf("drafter outputs vs torch: relative L2 error %.3g over %lld x %lld\n", e, (long long)P, (long long)H);
-  ck_assert_msg(e < 2e-5, "drafter outputs: relative error %.3g vs torch (bound 2e-5)", e);
+  ck_assert_msg(e < 1e-4, "drafter outputs: relative error %.3g vs torch (bound 1e-4)", e);
   int32_t want_arg[192];
   memcpy(want_arg, am->data, sizeof want_arg);
   for (int64_t i = 0; i < P; i++) {
@@ -56,7 +62,7 @@ START_TEST(test_forward_matches_torch) {
     if (i >= P - 2) {
       double le = rel_err(lg, (const float *)l2->data + (i - (P - 2)) * V, (size_t)V);
       printf("slot %lld logits vs torch: relative L2 error %.3g\n", (long long)i, le);
-      ck_assert_msg(le < 2e-5, "slot %lld logits: relative error %.3g (bound 2e-5)", (long long)i, le);
+      ck_assert_msg(le < 1e-4, "slot %lld logits: relative error %.3g (bound 1e-4)", (long long)i, le);
     }
   }
   /* one chained step: the drafter's own output and draft at position P */
@@ -65,12 +71,13 @@ START_TEST(test_forward_matches_torch) {
   float step[1024];
   ck_assert_int_eq(mtpq_session_step(s, 1, &t2, out + (P - 1) * H, 0, &p2, step, &err), MTPQ_OK);
   double se = rel_err(step, mtpq_st_find(ref, "step_hidden")->data, (size_t)H);
-  ck_assert_msg(se < 2e-5, "chained step: relative error %.3g", se);
+  printf("chained step vs torch: relative L2 error %.3g\n", se);
+  ck_assert_msg(se < 1e-4, "chained step: relative error %.3g", se);
   int32_t a2, w2;
   mtpq_session_head(s, step, &a2, lg);
   memcpy(&w2, mtpq_st_find(ref, "step_argmax")->data, 4);
   ck_assert_int_eq(a2, w2);
-  ck_assert(rel_err(lg, mtpq_st_find(ref, "step_logits")->data, (size_t)V) < 2e-5);
+  ck_assert(rel_err(lg, mtpq_st_find(ref, "step_logits")->data, (size_t)V) < 1e-4);
   free(out);
   free(lg);
   mtpq_session_close(s);

@@ -14,6 +14,8 @@
 # (MTPQ_ROUND_TESTS: random, the default: the random shapes
 # MTPQ_ROUND_SHAPES, default 0,4,7; all: the whole check_gpu_runtime; 0:
 # none). MTPQ_ROUND_SASS=REGEX: the disassembly of the matching kernels.
+# MTPQ_ROUND_BG=COMMAND: run meanwhile (during the builds and the fixture),
+# waited for before the first row.
 # Everything it writes is packed into $OUT/round.tgz but its summary,
 # $OUT/round.txt (the device transfer brings back a few files only). Carry
 # [".device-debs", "dv.safetensors"] (+ "alt").
@@ -26,6 +28,13 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh || exit 1 # the packages, and D, for the builds below
 unset MTPQ_DEVICE_ENV_ONLY
 set +e
+# MTPQ_ROUND_BG: a command run meanwhile (the builds and the fixture: no
+# timing; give it its own timeout), waited for before the first row (disowned,
+# so that the builds' wait does not wait for it: its exit status in bg.rc)
+if [ -n "${MTPQ_ROUND_BG:-}" ]; then
+  (bash -c "$MTPQ_ROUND_BG" > "$OUT/bg.txt" 2>&1; echo $? > "$OUT/bg.rc") &
+  disown
+fi
 (. .ci/device-build.sh) > "$OUT/tree-build.txt" 2>&1 &
 . tests/bench/device_lib.sh
 names=()
@@ -45,6 +54,10 @@ if [ -n "${MTPQ_ROUND_SASS:-}" ]; then
     '/Function : /{on = ($0 ~ re)} on' > "$OUT/sass.txt"
   echo "sass: $(grep -c 'Function : ' "$OUT/sass.txt") kernels, $(wc -l < "$OUT/sass.txt") lines"
   python3 tests/bench/ldchain.py "$OUT/sass.txt" # their loads after the wait, in batches
+fi
+if [ -n "${MTPQ_ROUND_BG:-}" ]; then
+  until [ -s "$OUT/bg.rc" ]; do sleep 1; done
+  echo "MTPQ_ROUND_BG: rc $(cat "$OUT/bg.rc") at $(date -u +%T)"; tail -5 "$OUT/bg.txt"
 fi
 dev_row ./build-gpu tree
 for name in "${names[@]}"; do

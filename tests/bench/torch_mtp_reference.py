@@ -22,7 +22,10 @@ Outputs (OUT_DIR):
                            per domain drafts, accepted[i], reached[i]
 Attention is recomputed over the whole prefix at every call instead of
 using a KV cache: the MTP layer's keys and values at a position depend only
-on that position's input, so this equals a cache.
+on that position's input, so this equals a cache. Keys (after their norm
+and RoPE) and values are rounded to bfloat16 before the attention, as
+vLLM's cache of a BF16 model holds them and mtpq's runtime caches them
+(the rounding is the one thing added to transformers' eager attention).
 Usage: torch_mtp_reference.py MODEL_DIR TRACES OUT_DIR
 """
 import json
@@ -33,6 +36,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import Qwen3NextConfig
+from transformers.models.qwen3_next import modeling_qwen3_next
 from transformers.models.qwen3_next.modeling_qwen3_next import (
     Qwen3NextDecoderLayer,
     Qwen3NextRMSNorm,
@@ -52,6 +56,17 @@ for f in sorted(os.listdir(model_dir)):
             for k in g.keys():
                 W[k] = g.get_tensor(k).float()
 
+eager = modeling_qwen3_next.eager_attention_forward
+kv_rounded = [0]
+
+
+def eager_bf16_kv(module, query, key, value, *a, **kw):
+    """transformers' eager attention over bfloat16-rounded keys and values (the cache's precision)."""
+    kv_rounded[0] += 1
+    return eager(module, query, key.to(torch.bfloat16).float(), value.to(torch.bfloat16).float(), *a, **kw)
+
+
+modeling_qwen3_next.eager_attention_forward = eager_bf16_kv
 cfg = Qwen3NextConfig.from_pretrained(model_dir)
 cfg._attn_implementation = "eager"
 cfg.layer_types = ["full_attention"] * max(1, cfg.num_hidden_layers)
@@ -108,6 +123,7 @@ P = int(meta.get("prompt_len", 192))
 # 1. forward reference on code_heldout.0
 x, h = traces["code_heldout.0"]
 out = forward(x[1:P + 1], h[:P])
+assert kv_rounded[0] > 0, "the attention did not go through eager_bf16_kv (transformers changed?)"
 logits = out @ head.T
 arg = logits.argmax(-1)
 t2 = torch.cat([x[1:P + 1], arg[P - 1:P]])
@@ -118,7 +134,8 @@ save_file({"out_hidden": out.cpu().contiguous(), "argmax": arg.int().cpu(), "log
            "step_hidden": step.cpu().contiguous(), "step_argmax": step_logits.argmax(-1).int().cpu(),
            "step_logits": step_logits.cpu().contiguous()},
           os.path.join(out_dir, "forward_ref.safetensors"),
-          metadata={"trace": "code_heldout.0", "prompt_len": str(P), "device": dev, "torch": torch.__version__})
+          metadata={"trace": "code_heldout.0", "prompt_len": str(P), "device": dev, "torch": torch.__version__,
+                    "kv_cache": "bfloat16"})
 
 # 2. the replay
 stats = {}
@@ -149,6 +166,6 @@ for n, (x, h) in traces.items():
         for i in range(min(a + 1, keff)):
             s["reached"][i] += 1
         c += a + 1
-json.dump({"k": K, "prompt_len": P, "device": dev, "torch": torch.__version__, "domains": stats},
+json.dump({"k": K, "prompt_len": P, "device": dev, "torch": torch.__version__, "kv_cache": "bfloat16", "domains": stats},
           open(os.path.join(out_dir, "replay_ref.json"), "w"), indent=1)
 print(json.dumps(stats))

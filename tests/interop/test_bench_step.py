@@ -2,7 +2,7 @@
 """bench-step on the tiny model (CPU backend): the bytes-read column must
 equal a count made here from the safetensors headers and config.json (every
 mtp.* linear except norms and experts and the head once; per sequence top-k
-experts, one embedding row, float32 K/V of the mean attended context
+experts, one embedding row, BF16 K/V of the mean attended context
 ctx + (k+1)//2); rows for every context and batch; the estimate line
 follows its formula; bad options refused.
 Usage: test_bench_step.py MTPQ TESTDATA
@@ -49,7 +49,7 @@ K = 3
 
 
 def expect(ctx, b):
-    return dense + head + b * (topk * expert + 2 * H + (ctx + (K + 1) // 2) * 2 * nkv * D * 4)
+    return dense + head + b * (topk * expert + 2 * H + (ctx + (K + 1) // 2) * 2 * nkv * D * 2)
 
 
 ctxs, bats = (16, 100), (1, 3)
