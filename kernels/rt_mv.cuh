@@ -174,6 +174,12 @@ template <int K> __device__ __forceinline__ __half2 rt_e2m1x2_biased(uint32_t q)
   return *reinterpret_cast<const __half2 *>(&h); // (a __half2_raw built from the halves costs a PRMT and a shift)
 }
 
+// the two BF16 values of a 32-bit word (element 0 in the low half), widened
+// (BF16 weights here, the BF16 K/V cache rows in k_attn)
+__device__ __forceinline__ float2 rt_bf16x2(uint32_t u) {
+  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
+}
+
 template <int F>
 __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float *w) {
   if (F == 1) {
@@ -186,7 +192,10 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
   } else if (F == 0) {
     const uint32_t u[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
 #pragma unroll
-    for (int i = 0; i < 8; i++) w[2 * i] = __uint_as_float(u[i] << 16), w[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+    for (int i = 0; i < 8; i++) {
+      const float2 f = rt_bf16x2(u[i]);
+      w[2 * i] = f.x, w[2 * i + 1] = f.y;
+    }
   } else {
     // w = E2M1 * E4M3 block scale * 2^-14, exact: the product has at most 6
     // significant bits and lies in [2^-24, 6 * 448 * 2^-14], all of which half

@@ -295,8 +295,6 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
          (int64_t)G * RT_CS + 8 * (int64_t)D + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
 }
 
-__device__ __forceinline__ float rt_bf(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-
 // grid (X, Nkv, tokens), 256 threads, rt_attn_smem floats of shared memory,
 // D % 8 == 0: the G = Nq/Nkv query heads of KV head g over the positions of
 // split s, [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised
@@ -507,9 +505,8 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
           const uint4 kb = kv[jj];
 #pragma unroll
           for (int hf = 0; hf < 2; hf++) { // the load's two halves of 4 keys (each head's columns in order)
-            const uint32_t u0 = hf ? kb.z : kb.x, u1 = hf ? kb.w : kb.y;
-            const float4 k = make_float4(__uint_as_float(u0 << 16), __uint_as_float(u0 & 0xFFFF0000u),
-                                         __uint_as_float(u1 << 16), __uint_as_float(u1 & 0xFFFF0000u));
+            const float2 k01 = rt_bf16x2(hf ? kb.z : kb.x), k23 = rt_bf16x2(hf ? kb.w : kb.y);
+            const float4 k = make_float4(k01.x, k01.y, k23.x, k23.y);
 #pragma unroll
             for (int h = 0; h < 8; h++) {
               const float4 x = qv[h * 64 + 2 * jj + hf];
@@ -539,10 +536,9 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
         for (int j = 0; j < d8; j++) { // (the sums of the float4 pairs as before: a0 even quads, a1 odd)
           const uint4 kb = kv[j];
           const float4 x = qv[2 * j], y = qv[2 * j + 1];
-          a0 = fmaf(x.x, __uint_as_float(kb.x << 16), a0), a0 = fmaf(x.y, __uint_as_float(kb.x & 0xFFFF0000u), a0);
-          a0 = fmaf(x.z, __uint_as_float(kb.y << 16), a0), a0 = fmaf(x.w, __uint_as_float(kb.y & 0xFFFF0000u), a0);
-          a1 = fmaf(y.x, __uint_as_float(kb.z << 16), a1), a1 = fmaf(y.y, __uint_as_float(kb.z & 0xFFFF0000u), a1);
-          a1 = fmaf(y.z, __uint_as_float(kb.w << 16), a1), a1 = fmaf(y.w, __uint_as_float(kb.w & 0xFFFF0000u), a1);
+          const float2 k0 = rt_bf16x2(kb.x), k1 = rt_bf16x2(kb.y), k2 = rt_bf16x2(kb.z), k3 = rt_bf16x2(kb.w);
+          a0 = fmaf(x.x, k0.x, a0), a0 = fmaf(x.y, k0.y, a0), a0 = fmaf(x.z, k1.x, a0), a0 = fmaf(x.w, k1.y, a0);
+          a1 = fmaf(y.x, k2.x, a1), a1 = fmaf(y.y, k2.y, a1), a1 = fmaf(y.z, k3.x, a1), a1 = fmaf(y.w, k3.y, a1);
         }
         ss[h * RT_CS + i] = (a0 + a1) * scale;
       }
@@ -582,7 +578,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       for (int i0 = 0; i0 < n; i0 += 4) {
         float v[4];
 #pragma unroll
-        for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? rt_bf(vs[(i0 + q) * DP + j]) : 0.0f;
+        for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? rt_f32(vs[(i0 + q) * DP + j]) : 0.0f;
 #pragma unroll
         for (int h = 0; h < 16; h++)
           if (h < G) {
