@@ -28,40 +28,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <type_traits>
-
-// D += A B, m16n8k16, f32 accumulate; BF: bf16 operands, else f16
-template <bool BF>
-__device__ __forceinline__ void rt_mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                            uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (BF)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
-// v as three pieces of the half type H (hi + mid + lo), each a round to nearest of what is left
-template <typename H> __device__ __forceinline__ void rt_split3(float v, H &hi, H &mid, H &lo) {
-  if constexpr (std::is_same<H, __half>::value) {
-    hi = __float2half_rn(v);
-    const float r1 = v - __half2float(hi); // exact (v and hi agree above hi's last bit)
-    mid = __float2half_rn(r1);
-    lo = __float2half_rn(r1 - __half2float(mid));
-  } else {
-    hi = __float2bfloat16_rn(v);
-    const float r1 = v - __bfloat162float(hi);
-    mid = __float2bfloat16_rn(r1);
-    lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));
-  }
-}
-
+#include "kernels/rt_mma.cuh"
 
 // two E4M3 bytes (the low one first) as an f16 pair, exact
 __device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {

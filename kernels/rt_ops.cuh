@@ -10,6 +10,7 @@
 // token ids from device memory, so a CUDA graph of the step does not depend
 // on them.
 #pragma once
+#include "kernels/rt_mma.cuh"
 #include "kernels/rt_mv.cuh"
 extern "C" {
 #include "kernels/rope.h"
@@ -324,7 +325,7 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
 // and divisions folded away, and (RING 0) is held to 3 blocks per SM (as
 // many as its shared memory allows at D = 256; it fits 80 registers without
 // spills).
-template <int GT, int DT, int RING>
+template <int GT, int DT, int RING, int MMA>
 __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
            int n_tok, int64_t max_pos, int window, const float *nq, const float *nk, float eps, const float *kk,
@@ -334,6 +335,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
   static_assert(RING == 0 || RING == 2, "k_attn: RING 0 or 2");
+  static_assert(!MMA || (GT == 8 && DT == 256 && RING == 2), "k_attn: the MMA path is RING 2 at the 80B shape");
   const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, g = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 8; // (K/V rows: BF16 values)
   constexpr bool RED = RING && GT == 8 && DT == 256; // the partial scores' own place
@@ -347,6 +349,11 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   // rt_head_consts holds them (in registers through the loop they pushed it
   // past its 128 registers into spills)
   float *kws = orun + G * D;
+  // MMA: the softmax weights' three bf16 pieces, [piece][head][row] (rows
+  // padded to 40 against bank conflicts), in orun's place (MMA keeps its
+  // running output in registers)
+  __nv_bfloat16 *pp = reinterpret_cast<__nv_bfloat16 *>(orun);
+  const int g8 = lane >> 2, t8 = lane & 3; // (MMA: the lane's place in its fragments)
   const int64_t p = pos[t], KV = (int64_t)Nkv * D; // pos and seq change between steps only
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   // this block's splits: first, first + X, ... up to the split of p
@@ -436,6 +443,8 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   for (int h = warp; h < G; h += 8)
     rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, hk, D, eps, rot, qs + h * D);
   const float scale = rsqrtf((float)D);
+  uint32_t bq[4][3][2]; // MMA: q's pieces as B fragments (set at the first split)
+  float om[2][4] = {};  // MMA, merge: the running output of the lane's (column, head) places
   for (int it = 0; it < count; it++) {
     int64_t p0;
     int n, nf;
@@ -485,7 +494,45 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     if (RING) rt_cp_wait_group<1>();
     else rt_cp_wait();
     __syncthreads();
-    if constexpr (GT == 8 && DT == 256) {
+    if constexpr (MMA) {
+      // on tensor cores (bf16 m16n8k16, f32 accumulate; kernels/rt_mma.cuh):
+      // warp (mt, kq) = (warp % 2, warp / 2) multiplies rows 16 mt .. + 15
+      // over dims 64 kq .. + 63 (A: the BF16 keys as cached, by ldmatrix) by
+      // q's three bf16 pieces (n-tile p: piece p of the 8 heads, column =
+      // head; their sum is q exactly, and each product is exact in f32),
+      // adds the pieces in its registers, and the 4 quarters of the dims
+      // meet in red (rows of 36 against bank conflicts). The sums' order is
+      // the tensor core's, hence the gpu tests' tolerance.
+      const int mt = warp & 1, kq = warp >> 1;
+      if (it == 0) // (qs complete: the barrier above)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) { // k slots 2 t8, + 1 (e = 0) and 2 t8 + 8, + 9 (e = 1) of head g8
+            const float *qr = qs + g8 * 256 + 64 * kq + 16 * kk + 2 * t8 + 8 * e;
+            __nv_bfloat16 u[3], v[3];
+            rt_split3(qr[0], u[0], u[1], u[2]);
+            rt_split3(qr[1], v[0], v[1], v[2]);
+#pragma unroll
+            for (int pc = 0; pc < 3; pc++) bq[kk][pc][e] = rt_bf16pair(u[pc], v[pc]);
+          }
+      float acc[3][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[4];
+        rt_ldsm4<false>(a, ks + (16 * mt + (lane & 15)) * DP + 64 * kq + 16 * kk + 8 * (lane >> 4));
+#pragma unroll
+        for (int pc = 0; pc < 3; pc++) rt_mma16816<true>(acc[pc], a[0], a[1], a[2], a[3], bq[kk][pc][0], bq[kk][pc][1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; e++) // lane (g8, t8): rows 16 mt + g8 (+ 8 for e >= 2), heads 2 t8 + e % 2
+        red[(kq * 8 + 2 * t8 + (e & 1)) * 36 + 16 * mt + g8 + 8 * (e >> 1)] = acc[0][e] + acc[1][e] + acc[2][e];
+      __syncthreads();
+      const int h = warp; // thread (h, lane): head h, row lane
+      if (lane < n)
+        ss[h * RT_CS + lane] = (red[h * 36 + lane] + red[(8 + h) * 36 + lane] + red[(16 + h) * 36 + lane] +
+                                red[(24 + h) * 36 + lane]) * scale;
+    } else if constexpr (GT == 8 && DT == 256) {
       // the 80B shape: lane = row, warp w sums columns [32 w, 32 w + 32) of
       // all 8 heads, so each 16-byte chunk of K (8 BF16 keys) is loaded once
       // for 8 heads (the q chunks are broadcasts): 68 shared loads a thread
@@ -562,38 +609,86 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       const float mo = mg && it ? mrun[h] : -INFINITY, mn = fmaxf(mo, m), al = expf(mo - mn); // (al = 0 at the first)
       const float x = lane < n ? expf(v - mn) : 0.0f;
       ss[h * RT_CS + lane] = x; // 0 past n: the output loop below reads whole quads
+      if constexpr (MMA) { // x's pieces: the B operand of the values' MMA (n-tile p, column h, k = row)
+        __nv_bfloat16 x0, x1, x2;
+        rt_split3(x, x0, x1, x2);
+        pp[h * 40 + lane] = x0, pp[(8 + h) * 40 + lane] = x1, pp[(16 + h) * 40 + lane] = x2;
+      }
       float l = rt_warp_sum(x);
       if (mg && it) l = fmaf(lrun[h], al, l);
       if (lane == 0 && mg) mrun[h] = mn, lrun[h] = l, arun[h] = al;
       if (lane == 0 && (!mg || last)) pm[pi + (int64_t)h * nsplit] = mn, pl[pi + (int64_t)h * nsplit] = l;
     }
+    if constexpr (MMA) // the rows past n as zeros (their weights are 0; stale bits there could be NaN)
+      for (int c = tid; c < (RT_CS - n) * 32; c += 256)
+        reinterpret_cast<uint4 *>(vs + (n + (c >> 5)) * DP)[c & 31] = make_uint4(0, 0, 0, 0);
     if (RING == 2) rt_cp_wait_group<1>(); // this split's values (the next keys may be in flight)
     __syncthreads();
-    for (int j = tid; j < D; j += 256) {
-      float o[16];
+    if constexpr (MMA) {
+      // warp w: output dims 32 w .. + 31 (two m-tiles of V transposed, by
+      // ldmatrix.trans) over the split's 32 rows (two k-steps) times the
+      // weights' three pieces (n-tile p, column = head), the pieces added in
+      // registers; lane (g8, t8) holds dims 32 w + 16 mt + g8 (+ 8 for
+      // e >= 2) of heads 2 t8 + e % 2
+      uint32_t b[2][3][2];
 #pragma unroll
-      for (int h = 0; h < 16; h++) o[h] = 0.0f;
-      // rows in quads: one 16-byte load of each head's weights per quad (a
-      // load per weight before); rows past n add 0 * 0 (the same sums)
-      for (int i0 = 0; i0 < n; i0 += 4) {
-        float v[4];
+      for (int kk = 0; kk < 2; kk++)
 #pragma unroll
-        for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? rt_f32(vs[(i0 + q) * DP + j]) : 0.0f;
+        for (int pc = 0; pc < 3; pc++) {
+          const __nv_bfloat16 *pr = pp + (pc * 8 + g8) * 40 + 16 * kk + 2 * t8;
+          b[kk][pc][0] = *reinterpret_cast<const uint32_t *>(pr);
+          b[kk][pc][1] = *reinterpret_cast<const uint32_t *>(pr + 8);
+        }
+      const float al0 = mg && it ? arun[2 * t8] : 0.0f, al1 = mg && it ? arun[2 * t8 + 1] : 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) {
+        float acc[3][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+          uint32_t a[4];
+          rt_ldsm4<true>(a, vs + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * DP + 32 * warp + 16 * mt +
+                                8 * ((lane >> 3) & 1));
+#pragma unroll
+          for (int pc = 0; pc < 3; pc++)
+            rt_mma16816<true>(acc[pc], a[0], a[1], a[2], a[3], b[kk][pc][0], b[kk][pc][1]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float o = acc[0][e] + acc[1][e] + acc[2][e];
+          if (mg && it) o = fmaf(om[mt][e], e & 1 ? al1 : al0, o);
+          if (!mg || last)
+            po[(pi + (int64_t)(2 * t8 + (e & 1)) * nsplit) * D + 32 * warp + 16 * mt + g8 + 8 * (e >> 1)] = o;
+          else
+            om[mt][e] = o;
+        }
+      }
+    } else {
+      for (int j = tid; j < D; j += 256) {
+        float o[16];
+#pragma unroll
+        for (int h = 0; h < 16; h++) o[h] = 0.0f;
+        // rows in quads: one 16-byte load of each head's weights per quad (a
+        // load per weight before); rows past n add 0 * 0 (the same sums)
+        for (int i0 = 0; i0 < n; i0 += 4) {
+          float v[4];
+#pragma unroll
+          for (int q = 0; q < 4; q++) v[q] = i0 + q < n ? rt_f32(vs[(i0 + q) * DP + j]) : 0.0f;
+#pragma unroll
+          for (int h = 0; h < 16; h++)
+            if (h < G) {
+              const float4 w4 = *reinterpret_cast<const float4 *>(ss + h * RT_CS + i0);
+              o[h] = fmaf(w4.x, v[0], o[h]), o[h] = fmaf(w4.y, v[1], o[h]);
+              o[h] = fmaf(w4.z, v[2], o[h]), o[h] = fmaf(w4.w, v[3], o[h]);
+            }
+        }
 #pragma unroll
         for (int h = 0; h < 16; h++)
           if (h < G) {
-            const float4 w4 = *reinterpret_cast<const float4 *>(ss + h * RT_CS + i0);
-            o[h] = fmaf(w4.x, v[0], o[h]), o[h] = fmaf(w4.y, v[1], o[h]);
-            o[h] = fmaf(w4.z, v[2], o[h]), o[h] = fmaf(w4.w, v[3], o[h]);
+            if (mg && it) o[h] = fmaf(orun[h * D + j], arun[h], o[h]);
+            if (!mg || last) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
+            else orun[h * D + j] = o[h]; // (a thread's own column: no barrier)
           }
       }
-#pragma unroll
-      for (int h = 0; h < 16; h++)
-        if (h < G) {
-          if (mg && it) o[h] = fmaf(orun[h * D + j], arun[h], o[h]);
-          if (!mg || last) po[(pi + (int64_t)h * nsplit) * D + j] = o[h];
-          else orun[h * D + j] = o[h]; // (a thread's own column: no barrier)
-        }
     }
     if (RING) {
       __syncthreads(); // the stage (RING 2: the values), the scores and red free again
