@@ -290,10 +290,9 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
 // distinct banks), scores, a warp's float row (this launch's keys, normed
 // and roped before they are rounded), (RING 2: the running maxima, sums,
 // factors and outputs, and the keys' norm constants: rt_head_consts' 16 + 2
-// x 8 floats a lane, 1,024); stages: 2 (k_attn's MMA 2) adds a second
-// split's K and V rows at the end
-__host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring, int stages = 1) {
-  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + (int64_t)stages * RT_CS * (D + 8) +
+// x 8 floats a lane, 1,024)
+__host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
+  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + (int64_t)RT_CS * (D + 8) +
          (int64_t)G * RT_CS + 8 * (int64_t)D + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
 }
 
@@ -337,9 +336,6 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   rt_trigger();
   static_assert(RING == 0 || RING == 2, "k_attn: RING 0 or 2");
   static_assert(!MMA || (GT == 8 && DT == 256 && RING == 2), "k_attn: the MMA path is RING 2 at the 80B shape");
-  // MMA 2: two splits' room (stage i & 1 for split i), the splits two ahead
-  // copying while these are scored and weighted
-  constexpr int DEEP = MMA == 2 ? 2 : 1;
   const int G = GT ? GT : Nq / Nkv, D = DT ? DT : Darg, g = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, DP = D + 8; // (K/V rows: BF16 values)
   constexpr bool RED = RING && GT == 8 && DT == 256; // the partial scores' own place
@@ -358,8 +354,6 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   // running output in registers)
   __nv_bfloat16 *pp = reinterpret_cast<__nv_bfloat16 *>(orun);
   const int g8 = lane >> 2, t8 = lane & 3; // (MMA: the lane's place in its fragments)
-  uint16_t *ks1 = reinterpret_cast<uint16_t *>(kws + 1024); // DEEP 2: the second stage's keys, then values
-  auto kst = [&](int i) { return DEEP == 2 && (i & 1) ? ks1 : ks; }; // split i's stage
   const int64_t p = pos[t], KV = (int64_t)Nkv * D; // pos and seq change between steps only
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   // this block's splits: first, first + X, ... up to the split of p
@@ -407,15 +401,14 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     int n, nf;
     span(i, p0, n, nf);
     const int cq = 256 / d8, cr = 256 - cq * d8;
-    uint16_t *kd = kst(i), *vd = kd + RT_CS * DP;
     int c = tid, r = c / d8, j = c - r * d8;
     for (; c < nf * d8; c += 256) {
       if (kvef) {
-        if (parts & 1) rt_cp16h(kd + r * DP + 8 * j, kc + cbase + (p0 + r) * KV + 8 * j, pol);
-        if (parts & 2) rt_cp16h(vd + r * DP + 8 * j, vc + cbase + (p0 + r) * KV + 8 * j, pol);
+        if (parts & 1) rt_cp16h(ks + r * DP + 8 * j, kc + cbase + (p0 + r) * KV + 8 * j, pol);
+        if (parts & 2) rt_cp16h(vs + r * DP + 8 * j, vc + cbase + (p0 + r) * KV + 8 * j, pol);
       } else {
-        if (parts & 1) rt_cp16(kd + r * DP + 8 * j, kc + cbase + (p0 + r) * KV + 8 * j);
-        if (parts & 2) rt_cp16(vd + r * DP + 8 * j, vc + cbase + (p0 + r) * KV + 8 * j);
+        if (parts & 1) rt_cp16(ks + r * DP + 8 * j, kc + cbase + (p0 + r) * KV + 8 * j);
+        if (parts & 2) rt_cp16(vs + r * DP + 8 * j, vc + cbase + (p0 + r) * KV + 8 * j);
       }
       r += cq, j += cr;
       if (j >= d8) j -= d8, r++;
@@ -439,13 +432,11 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       }
     }
   }
-  if (RING) { // the first split's keys, then its values: a group each (DEEP 2: the second's too)
-    for (int i = 0; i < DEEP; i++) {
-      if (i < count) fetch(i, 1);
-      rt_cp_commit();
-      if (i < count) fetch(i, 2);
-      rt_cp_commit();
-    }
+  if (RING) { // the first split's keys, then its values: a group each
+    fetch(0, 1);
+    rt_cp_commit();
+    fetch(0, 2);
+    rt_cp_commit();
   } else
     fetch(0, 3);
   rt_wait(); // q, k, v of this step
@@ -459,7 +450,6 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     int n, nf;
     span(it, p0, n, nf);
     const int sp = first + it * X;
-    uint16_t *const ks = kst(it), *const vs = ks + RT_CS * DP; // (DEEP 2: this split's stage)
     if (RING == 2 && it == 0) __syncthreads(); // (kws)
     for (int i = nf + warp; i < n; i += 8) { // this launch's rows, a warp each
       const int64_t q = p0 + i, at = cbase + q * KV;
@@ -501,7 +491,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     // the keys of split it (RING 2's groups: keys and values of split 0, then
     // the keys and values of each next split, committed as this one's are
     // read)
-    if (RING) rt_cp_wait_group<2 * DEEP - 1>(); // (DEEP 2: this split's values and the next split's groups may fly)
+    if (RING) rt_cp_wait_group<1>();
     else rt_cp_wait();
     __syncthreads();
     if constexpr (MMA) {
@@ -602,7 +592,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     }
     __syncthreads();
     if (RING == 2) { // the keys read: the next split's into their place
-      if (it + DEEP < count) fetch(it + DEEP, 1);
+      if (it + 1 < count) fetch(it + 1, 1);
       rt_cp_commit();
     }
     // merged (RING 2, merge): the block's splits as one partial, written at
@@ -632,7 +622,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     if constexpr (MMA) // the rows past n as zeros (their weights are 0; stale bits there could be NaN)
       for (int c = tid; c < (RT_CS - n) * 32; c += 256)
         reinterpret_cast<uint4 *>(vs + (n + (c >> 5)) * DP)[c & 31] = make_uint4(0, 0, 0, 0);
-    if (RING == 2) rt_cp_wait_group<2 * DEEP - 1>(); // this split's values (the next keys may be in flight)
+    if (RING == 2) rt_cp_wait_group<1>(); // this split's values (the next keys may be in flight)
     __syncthreads();
     if constexpr (MMA) {
       // warp w: output dims 32 w .. + 31 (two m-tiles of V transposed, by
@@ -702,7 +692,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     }
     if (RING) {
       __syncthreads(); // the stage (RING 2: the values), the scores and red free again
-      if (it + DEEP < count) fetch(it + DEEP, 2);
+      if (it + 1 < count) fetch(it + 1, 2);
       rt_cp_commit();
     }
   }

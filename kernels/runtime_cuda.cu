@@ -93,8 +93,7 @@ struct gpu_session {
   int attn_x;             // k_attn RING 2 where its shared memory fits: its blocks per (KV head, token)
                           // (MTPQ_CUDA_ATTN_X=N: N); 0: RING 0, a block per split (MTPQ_CUDA_ATTN_RING=0)
   int ring_n;             // RING 0 for launches of 2..8 tokens within attn_x splits (MTPQ_CUDA_ATTN_RING_N=0: not)
-  int attn_mma;           // RING 2 at the 80B shape (G = 8, D = 256) on tensor cores: k_attn's MMA, 2 (two splits'
-                          // room) by default, MTPQ_CUDA_ATTN_MMA=1 one split's, 0 FFMA
+  int attn_mma;           // RING 2 at the 80B shape (G = 8, D = 256) on tensor cores (MTPQ_CUDA_ATTN_MMA=0: FFMA)
   int64_t kv_ef_pos;      // k_attn copies the cached K/V evict-first past this many positions a launch (in
                           // all its tokens): as many as half of L2 holds (MTPQ_CUDA_KV_EF=0: never, 1: always)
   int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
@@ -284,20 +283,13 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   delete g;
 }
 
-// k_attn's RING 2 instance at the 80B shape for MTPQ_CUDA_ATTN_MMA's value
-static decltype(&k_attn<8, 256, 2, 0>) attn_ring_kernel(int mma) {
-  return mma == 2 ? k_attn<8, 256, 2, 2> : mma ? k_attn<8, 256, 2, 1> : k_attn<8, 256, 2, 0>;
-}
-
 // k_attn's blocks (RING 2) where their shared memory fits: attn_x
 // blocks per (KV head, token), so that one token's blocks fill the SMs once
 // (a launch of n tokens runs n of those); else RING 0
 static void attn_ring_grid(gpu_session *g, int dev) {
   const struct mtpq_drafter *d = g->d;
-  const int G = (int)(d->Nq / d->Nkv), D = (int)d->D;
-  const bool a8 = G == 8 && D == 256;
-  const int smem = (int)(rt_attn_smem(G, D, 2, a8 && g->attn_mma == 2 ? 2 : 1) * 4);
-  auto *k = a8 ? attn_ring_kernel(g->attn_mma) : k_attn<0, 0, 2, 0>;
+  const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, 2) * 4);
+  auto *k = G == 8 && D == 256 ? (g->attn_mma ? k_attn<8, 256, 2, 1> : k_attn<8, 256, 2, 0>) : k_attn<0, 0, 2, 0>;
   int room = 0, per = 0;
   if (cudaDeviceGetAttribute(&room, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || smem > room ||
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
@@ -386,7 +378,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) cudaGetLastError(), l2 = 0;
   g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
   g->attn_x = 0;
-  g->attn_mma = env_int("MTPQ_CUDA_ATTN_MMA", 2);
+  g->attn_mma = env_int("MTPQ_CUDA_ATTN_MMA", 1) != 0;
   if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g, dev); // (0: a block per split)
   g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
@@ -929,9 +921,9 @@ static void enqueue_step(gpu_session *g, int n) {
   const int ring = g->attn_x && !ring0n ? 2 : 0;
   const bool a8 = G == 8 && D == 256;
   go(g, true,
-     ring ? (a8 ? attn_ring_kernel(g->attn_mma) : k_attn<0, 0, 2, 0>) : a8 ? k_attn<8, 256, 0, 0> : k_attn<0, 0, 0, 0>,
-     dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256),
-     (size_t)rt_attn_smem(G, D, ring, ring && a8 && g->attn_mma == 2 ? 2 : 1) * 4, (const float *)g->qg,
+     ring ? (a8 ? (g->attn_mma ? k_attn<8, 256, 2, 1> : k_attn<8, 256, 2, 0>) : k_attn<0, 0, 2, 0>)
+          : a8 ? k_attn<8, 256, 0, 0> : k_attn<0, 0, 0, 0>,
+     dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg,
      Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,

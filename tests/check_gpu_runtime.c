@@ -125,8 +125,7 @@ static const struct {
     {"MTPQ_CUDA_ATTN_MERGE", "0"}, /* RING 2 with a partial per split (past 8K: k_attn_combine<4>) */
     {"MTPQ_CUDA_ATTN_RING_N", "0"}, /* RING 2 at 2..8 tokens within attn_x splits too (default: RING 0 there) */
     {"MTPQ_CUDA_KV_EF", "1"},       /* the cached K/V copied with the evict-first hint at any length */
-    {"MTPQ_CUDA_ATTN_MMA", "0"},    /* RING 2 at the 80B shape on FFMA (default: tensor cores, two splits' room) */
-    {"MTPQ_CUDA_ATTN_MMA", "1"},    /* RING 2 at the 80B shape on tensor cores with one split's room */
+    {"MTPQ_CUDA_ATTN_MMA", "0"},    /* RING 2 at the 80B shape on FFMA (default: on tensor cores) */
 };
 #define NKNOB (sizeof knobs / sizeof knobs[0])
 
@@ -303,10 +302,9 @@ START_TEST(test_random_shapes) {
        with 8-warp row sets; r0 and r4 (the 80B attention shape) with k_attn's block per split (RING
        0), with one RING 2 block over all the splits (merged), RING 2 unmerged, and RING 2 at 2..8
        tokens; r0 and long also with the cached K/V copied evict-first (by default only past half of
-       L2, which no test's cache reaches); r4 also with its RING 2 on FFMA instead of tensor cores, and on tensor cores with one
-       split's room instead of two */
+       L2, which no test's cache reaches); r4 also with its RING 2 on FFMA instead of tensor cores */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) |
-                       (k == 0 || k == 4 ? 8 | 16 | 32 | 64 : 0) | (k == 0 ? 128 : 0) | (k == 4 ? 256 | 512 : 0);
+                       (k == 0 || k == 4 ? 8 | 16 | 32 | 64 : 0) | (k == 0 ? 128 : 0) | (k == 4 ? 256 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
