@@ -325,6 +325,17 @@ __host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
 // and divisions folded away, and (RING 0) is held to 3 blocks per SM (as
 // many as its shared memory allows at D = 256; it fits 80 registers without
 // spills).
+// MMA (RING 2 at G = 8, D = 256 only): the scores and the weighted values on
+// tensor cores (bf16 m16n8k16; q and the softmax weights as three bf16
+// pieces that add up to them exactly, so every product is exact and only
+// the order of the sums differs from FFMA's). Why: at 32K the FFMA form's
+// blocks waited on their own shared-memory broadcasts of q and of the
+// weights, not on HBM (its body 42.0 us for 58.7 MB of rows, ~1.4 TB/s;
+// tests/bench/RESULTS.md, twenty-fourth round); on tensor cores it took
+// 25.0 us, and the 32K step 148.7 -> 132.3 us at one token, 627.5 -> 499.5
+// at 8 (twenty-fifth round). Two splits' room a block, so that the splits
+// two ahead copied meanwhile, measured slower (32K: 135.3 against 132.9 us
+// at one token, 511.5 against 500.4 at 8; same round).
 template <int GT, int DT, int RING, int MMA>
 __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
