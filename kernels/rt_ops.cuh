@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     rt_head_norm_rope(qg + (int64_t)t * 2 * Nq * D + (int64_t)(g * G + h) * 2 * D, hk, D, eps, rot, qs + h * D);
   const float scale = rsqrtf((float)D);
   uint32_t bq[4][3][2]; // MMA: q's pieces as B fragments (set at the first split)
-  float om[2][4] = {};  // MMA, merge: the running output of the lane's (column, head) places
+  float om[2][4] = {};  // MMA, merge: the running output at the lane's (dim, head) places
   for (int it = 0; it < count; it++) {
     int64_t p0;
     int n, nf;
