@@ -283,13 +283,22 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   delete g;
 }
 
+// k_attn's instance for a launch at RING 0 or 2: the 80B shape's own (G =
+// 8, D = 256; at RING 2 on tensor cores unless MTPQ_CUDA_ATTN_MMA=0) or the
+// generic one; attn_ring_grid sizes the grid for the one the step launches
+static decltype(&k_attn<0, 0, 0, 0>) attn_kernel(const gpu_session *g, int ring) {
+  const bool a8 = g->d->Nq / g->d->Nkv == 8 && g->d->D == 256;
+  if (ring) return a8 ? (g->attn_mma ? k_attn<8, 256, 2, 1> : k_attn<8, 256, 2, 0>) : k_attn<0, 0, 2, 0>;
+  return a8 ? k_attn<8, 256, 0, 0> : k_attn<0, 0, 0, 0>;
+}
+
 // k_attn's blocks (RING 2) where their shared memory fits: attn_x
 // blocks per (KV head, token), so that one token's blocks fill the SMs once
 // (a launch of n tokens runs n of those); else RING 0
 static void attn_ring_grid(gpu_session *g, int dev) {
   const struct mtpq_drafter *d = g->d;
   const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, 2) * 4);
-  auto *k = G == 8 && D == 256 ? (g->attn_mma ? k_attn<8, 256, 2, 1> : k_attn<8, 256, 2, 0>) : k_attn<0, 0, 2, 0>;
+  auto *k = attn_kernel(g, 2);
   int room = 0, per = 0;
   if (cudaDeviceGetAttribute(&room, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || smem > room ||
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
@@ -919,12 +928,8 @@ static void enqueue_step(gpu_session *g, int n) {
   // a launch of several tokens is more than a wave
   const bool ring0n = n > 1 && g->ring_n && g->nsplit <= g->attn_x;
   const int ring = g->attn_x && !ring0n ? 2 : 0;
-  const bool a8 = G == 8 && D == 256;
-  go(g, true,
-     ring ? (a8 ? (g->attn_mma ? k_attn<8, 256, 2, 1> : k_attn<8, 256, 2, 0>) : k_attn<0, 0, 2, 0>)
-          : a8 ? k_attn<8, 256, 0, 0> : k_attn<0, 0, 0, 0>,
-     dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256), (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg,
-     Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
+  go(g, true, attn_kernel(g, ring), dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256),
+     (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
      g->pm, g->pl, g->attn_merge, g->kv_ef_pos);
