@@ -183,6 +183,14 @@ static enum mtpq_status dalloc(gpu_session *g, T **p, size_t n, struct mtpq_err 
   return MTPQ_OK;
 }
 
+// dalloc, zeroed
+template <typename T>
+static enum mtpq_status dzalloc(gpu_session *g, T **p, size_t n, struct mtpq_err *err) {
+  enum mtpq_status st = dalloc(g, p, n, err);
+  if (!st && cudaMemset(*p, 0, n) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
+  return st;
+}
+
 static enum mtpq_status upload(gpu_session *g, const void *src, size_t n, const uint8_t **dst, struct mtpq_err *err) {
   uint8_t *p = nullptr;
   enum mtpq_status st = dalloc(g, &p, n, err);
@@ -472,17 +480,9 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
                     (size_t)NM,
                     (size_t)slots, (size_t)slots, (size_t)slots, (size_t)(ps * d->D), (size_t)ps, (size_t)ps,
                     (size_t)d->head.rows, (size_t)(NM * RT_KST)};
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) {
-    st = dalloc(g, bufs[i], sizes[i] * 4, err);
-    if (!st && cudaMemset(*bufs[i], 0, sizes[i] * 4) != cudaSuccess)
-      st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
-  }
-  uint16_t **caches[] = {&g->kc, &g->vc};
-  for (int i = 0; i < 2 && !st; i++) {
-    const size_t b = (size_t)(nseq * max_pos * KV) * 2;
-    st = dalloc(g, caches[i], b, err);
-    if (!st && cudaMemset(*caches[i], 0, b) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
-  }
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) st = dzalloc(g, bufs[i], sizes[i] * 4, err);
+  if (!st) st = dzalloc(g, &g->kc, (size_t)(nseq * max_pos * KV) * 2, err); // (BF16)
+  if (!st) st = dzalloc(g, &g->vc, (size_t)(nseq * max_pos * KV) * 2, err);
   if (!st) {
     const int64_t hp = d->rot / 2;
     std::vector<float2> t((size_t)(max_pos * hp));
@@ -495,15 +495,12 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (!st) st = dalloc(g, &g->sel, NM * RT_KST * sizeof(int), err);
   if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
   if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
-  if (!st) st = dalloc(g, &g->hq, 2 * sizeof(unsigned), err);
-  if (!st && cudaMemset(g->hq, 0, 2 * sizeof(unsigned)) != cudaSuccess)
-    st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
+  if (!st) st = dzalloc(g, &g->hq, 2 * sizeof(unsigned), err);
   static_assert(ST_SEQ >= ST_TOK + RT_NMAX * 4 && ST_POS >= ST_SEQ + RT_NMAX * 4 &&
                     ST_STEP >= ST_POS + RT_NMAX * 8 && ST_HID >= ST_STEP + 4 && ST_HID % 16 == 0,
                 "staging layout");
   const size_t sb = ST_HID + (size_t)(NM * H) * 4;
-  if (!st) st = dalloc(g, &g->stage_d, sb, err);
-  if (!st && cudaMemset(g->stage_d, 0, sb) != cudaSuccess) st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMemset failed");
+  if (!st) st = dzalloc(g, &g->stage_d, sb, err);
   if (!st && (cudaMallocHost((void **)&g->stage_h, sb) != cudaSuccess ||
               cudaMallocHost((void **)&g->h_rec, NM * RT_MAXSTEPS * 4 + NM * 8) != cudaSuccess))
     st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMallocHost failed");
