@@ -42,6 +42,8 @@ extern "C" {
 }
 #include "kernels/rt_ops.cuh"
 #include "kernels/rt_head.cuh"
+#include "kernels/rt_dmma.cuh"
+#include "kernels/rt_emma.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -66,6 +68,8 @@ struct mv_launch {
   int groups = 0;                     // the fewest (term, 512-column band) groups of a task's row
   int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
   int fl = 0;                 // k_mv's RT_MV_* flags
+  bool plain = false;         // every task one unrouted term, plain y, all of one cols: k_dmma may take it
+  int nterm = 0;              // the most terms of a task
   std::vector<int64_t> trows; // rows of each task
 };
 
@@ -84,6 +88,8 @@ struct gpu_session {
   int flat;               // MTPQ_CUDA_FLAT=0: no flat k_mv grids (mv_run)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
+  int emma;               // the routed experts' NVFP4 products on tensor cores (k_emma; MTPQ_CUDA_EMMA=0: k_mv)
+  int dmma;               // plain dense products at 2..8 tokens on tensor cores (k_dmma; MTPQ_CUDA_DMMA=0: k_mv)
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
   int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
@@ -152,16 +158,30 @@ static void mark(gpu_session *g, const char *name) {
 // MTPQ_CUDA_PLAIN=i,j,...: the step's launches i, j, ... (counted from 0,
 // k_prep, in enqueue_step's order, the shared expert's included) without
 // it, to time what the overlap gains or costs launch by launch.
+// go_cl: the same with clusters of cl blocks along x (cl > 1).
 template <typename... KA, typename... A>
-static void go(gpu_session *g, bool pdl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem, A... args) {
+static void go_cl(gpu_session *g, bool pdl, unsigned cl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem,
+                  A... args) {
   if (g->launch_i < 64 && (g->plain >> g->launch_i++ & 1)) pdl = false;
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute at[2];
+  unsigned na = 0;
+  if (pdl && g->pdl && !g->prof) {
+    at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[na++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cl > 1) {
+    at[na].id = cudaLaunchAttributeClusterDimension;
+    at[na].val.clusterDim.x = cl, at[na].val.clusterDim.y = 1, at[na++].val.clusterDim.z = 1;
+  }
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = g->on;
-  cfg.attrs = at, cfg.numAttrs = pdl && g->pdl && !g->prof ? 1 : 0;
+  cfg.attrs = at, cfg.numAttrs = na;
   cudaLaunchKernelEx(&cfg, k, static_cast<KA>(args)...);
+}
+
+template <typename... KA, typename... A>
+static void go(gpu_session *g, bool pdl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem, A... args) {
+  go_cl(g, pdl, 1, k, grid, block, smem, args...);
 }
 
 static int env_on(const char *name) {
@@ -372,6 +392,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // tests/bench/RESULTS.md, twentieth round)
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 4);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
+  g->dmma = env_on("MTPQ_CUDA_DMMA");
+  g->emma = env_on("MTPQ_CUDA_EMMA");
   g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
   g->hmt = env_int("MTPQ_CUDA_HEAD_MT", 0);
   g->early = env_on("MTPQ_CUDA_EARLY");
@@ -545,7 +567,11 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
   m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
+  m->plain = !m->glu && !m->best;
   for (const mv_task &t : v) {
+    m->nterm = t.nterm > m->nterm ? t.nterm : m->nterm;
+    m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w && !t.glu && !t.best && t.y &&
+               g->host_lins[t.t[0].lin].cols == g->host_lins[v[0].t[0].lin].cols;
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const dlin &L0 = g->host_lins[t.t[0].lin];
     const int gr = t.nterm * (int)((L0.cols + 511) / 512);
@@ -833,6 +859,60 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   return true;
 }
 
+// k_dmma (kernels/rt_dmma.cuh) for a plain dense FP8/BF16 launch at 2..8
+// tokens: a cluster of ceil(cols / 512) blocks per 128 rows of each task
+template <int F, int NB> static void dmma_run(gpu_session *g, const mv_launch &m, int ks) {
+  dm_grid dg = {};
+  int tot = 0;
+  for (int t = 0; t < m.ntask; t++) dg.off[t] = tot, tot += (int)((m.trows[t] + RT_DM_ROWS - 1) / RT_DM_ROWS);
+  dg.off[m.ntask] = tot, dg.n = m.ntask;
+  go_cl(g, true, (unsigned)ks, k_dmma<F, NB>, dim3((unsigned)ks, (unsigned)tot), dim3(256), 0, (const dlin *)g->lins,
+        (const mv_task *)m.dev, dg);
+}
+
+static bool launch_dmma(gpu_session *g, const mv_launch &m) {
+  const int NB = nb_slots(m.nbmax);
+  const int64_t ks = (m.cols + RT_DM_SLICE - 1) / RT_DM_SLICE;
+  if (!g->dmma || !g->fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.ntask > RT_FLAT || m.cols % 64 ||
+      ks > RT_DM_KS)
+    return false;
+  const int k = (int)ks, f = m.fmt;
+  switch (NB) {
+  case 2: f ? dmma_run<1, 2>(g, m, k) : dmma_run<0, 2>(g, m, k); break;
+  case 4: f ? dmma_run<1, 4>(g, m, k) : dmma_run<0, 4>(g, m, k); break;
+  default: f ? dmma_run<1, 8>(g, m, k) : dmma_run<0, 8>(g, m, k); break;
+  }
+  return true;
+}
+
+// k_emma (kernels/rt_emma.cuh) for the routed experts' NVFP4 launches (one
+// token a task): WT warps a 16-row tile, the most of 8, 4, 2 that keeps the
+// grid within one wave of two blocks an SM (1 past it)
+#define RT_EM_SMEM (96 * 1024)
+template <int WT> static void emma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+  static bool attr = false;
+  if (!attr) attr = cudaFuncSetAttribute(k_emma<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize, RT_EM_SMEM) ==
+                    cudaSuccess;
+  const int64_t bx = (m.rows + 16 * (8 / WT) - 1) / (16 * (8 / WT));
+  go(g, true, k_emma<WT>, dim3((unsigned)bx, (unsigned)m.ntask), dim3(256), smem, (const dlin *)g->lins,
+     (const mv_task *)m.dev, (const int *)g->sel, m.fl);
+}
+
+static bool launch_emma(gpu_session *g, const mv_launch &m) {
+  const size_t smem = (size_t)m.nterm * 3 * (size_t)(m.cols + 16) * 2;
+  if (!g->emma || !g->fast || m.fmt != 2 || m.nbmax != 1 || m.best || m.cols % 64 || smem > RT_EM_SMEM) return false;
+  const int64_t groups = (int64_t)m.groups / ((m.cols + 511) / 512) * (m.cols / 64); // the fewest (term, 64-column band)s
+  int wt = 1;
+  for (int w : {8, 4, 2})
+    if (w <= groups && (m.rows + 16 * (8 / w) - 1) / (16 * (8 / w)) * m.ntask <= 2 * (int64_t)g->sms) {
+      wt = w;
+      break;
+    }
+  wt == 8 ? emma_run<8>(g, m, smem) : wt == 4 ? emma_run<4>(g, m, smem) : wt == 2 ? emma_run<2>(g, m, smem)
+          : emma_run<1>(g, m, smem);
+  return true;
+}
+
 // The plain dense products at one token (fc, q/k/v, o, router, shared
 // expert) with all of their weights requested before the wait, through the
 // bulk copy engine into shared memory (at most 110 KB a block, so that the
@@ -850,7 +930,7 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
 // (tests/bench/RESULTS.md, thirteenth round).
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
-  if (launch_head_mma(g, m)) return;
+  if (launch_head_mma(g, m) || launch_dmma(g, m) || launch_emma(g, m)) return;
   const int NB = nb_slots(m.nbmax);
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;

@@ -1,0 +1,148 @@
+// The plain dense products at 2..8 tokens on tensor cores (fc, q/k/v, o,
+// the router with the shared expert's gate, the shared expert's down),
+// included by kernels/runtime_cuda.cu after rt_head.cuh.
+//
+// Why: at 8 tokens k_mv's FFMA path ran these at 0.35-0.45 TB/s (H200, 4K
+// batch 8 timeline: fc 19.6 us for 8.4 MB, q/k/v 56.4 for 18.9, o 19.0,
+// router 22.9; tests/bench/RESULTS.md, twenty-sixth round): each weight is
+// converted and multiplied once per token, and each band of x is read once
+// per token through L1. An earlier try on k_head_mma's layout (a block all
+// of a product's columns) lost because every block turned all of x into
+// pieces after its wait (4,096 columns x 8 tokens for fc). Here the
+// columns are split instead: a block takes 128 rows (8 warps, a 16-row
+// tile each) of one 512-column slice, so it turns only its slice of x into
+// pieces, and the slices of a row block are one thread-block cluster
+// (cols / 512 blocks, at most 8) whose partial sums meet through
+// distributed shared memory, added in slice order (the same result on
+// every run; no atomics, no second launch).
+//
+// Exactness as in rt_head.cuh: FP8 weights are exact in f16, BF16 ones are
+// bf16; x is three pieces of x * 2^s in that type (s per token and slice,
+// putting the slice's largest |x| in [2^14, 2^15)), each product exact in
+// the f32 accumulator. The slice's sums are scaled back (ls * 2^-s, ls the
+// FP8 tensor scale) before the slices are added; the order of the sums is
+// the tensor core's, hence the gpu tests' tolerance.
+#pragma once
+#include <cooperative_groups.h>
+#include "kernels/rt_head.cuh"
+
+#define RT_DM_SLICE 512 // columns a block's slice
+#define RT_DM_ROWS 128  // rows a block: 8 warps x 16
+#define RT_DM_KS 8      // the most slices (a portable cluster size)
+
+// k_dmma's grid: blockIdx.x the slice (the cluster), blockIdx.y a row block
+// of task t for off[t] <= y < off[t + 1]
+struct dm_grid {
+  int n; // tasks
+  int off[RT_FLAT + 1];
+};
+
+// blockDim 256, grid (ks = ceil(cols / 512), off[n]), cluster (ks, 1, 1).
+// Tasks: one term each, no routing, plain y (mv_launch::plain), cols % 64 ==
+// 0, every task of one cols. F: 1 FP8, 0 BF16.
+template <int F, int NB>
+__global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task *tasks, dm_grid dg) {
+  RT_TL_START();
+  using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
+  constexpr int NT = (3 * NB + 7) / 8;  // n-tiles: column c is piece c % 3 of token c / 3
+  constexpr int NL = F == 1 ? 1 : 2;    // 16-byte loads a row and band
+  constexpr int U = F == 1 ? 8 : 4;     // bands a batch of loads (a slice is 8): 64 registers a lane
+  constexpr int PS = RT_DM_SLICE + 16;  // a plane's stride, halves (32 bytes of padding against bank conflicts)
+  __shared__ __align__(16) H pc[3 * NB * PS];
+  __shared__ float sums[8][16][8 * NT + 1]; // a warp's tile sums, (row, column)
+  __shared__ float part[RT_DM_ROWS][NB];    // the block's slice sums, scaled: what the cluster adds
+  __shared__ float fmax[8][NB], post[NB];
+  __shared__ mv_task T;
+  __shared__ dlin L;
+  rt_trigger();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  int task = 0;
+#pragma unroll
+  for (int i = 1; i < RT_FLAT; i++)
+    if (i < dg.n && (int)blockIdx.y >= dg.off[i]) task = i;
+  const int64_t row0 = (int64_t)((int)blockIdx.y - dg.off[task]) * RT_DM_ROWS;
+  rt_task_load(tasks + task, T);
+  __syncthreads();
+  if (tid == 0) L = tab[T.t[0].lin];
+  __syncthreads();
+  const int cols = (int)L.cols, ks = (int)gridDim.x, slice = (int)blockIdx.x;
+  const int c0 = slice * RT_DM_SLICE, width = cols - c0 < RT_DM_SLICE ? cols - c0 : RT_DM_SLICE;
+  const int bhi = width / 64; // the slice's 64-column bands
+  const size_t bpw = F == 1 ? 1 : 2, rowb = (size_t)cols * bpw;
+  const uint8_t *w = L.w + (size_t)c0 * bpw;
+  const int64_t tl = row0 / 16 + warp; // the warp's 16-row tile
+  // the weights are constant: the first batch is requested before the wait
+  uint4 ra[U][NL], rb[U][NL];
+  rt_head_load<F, U, NL>(w, rowb, L.rows, tl, 0, bhi, g, t, ra, rb);
+  rt_wait();
+  // the slice of x as pieces: each token's largest |x| over the slice, then
+  // three pieces of x * 2^s a column (zeros past the slice and the tokens)
+  const int nb = T.nb;
+  float xv[NB][2], m[NB];
+#pragma unroll
+  for (int j = 0; j < NB; j++) {
+    m[j] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int c = tid + 256 * h;
+      xv[j][h] = j < nb && c < width ? __ldcg(T.t[0].x + (int64_t)j * T.xs + c0 + c) : 0.0f;
+      m[j] = fmaxf(m[j], fabsf(xv[j][h]));
+    }
+    for (int o = 16; o > 0; o >>= 1) m[j] = fmaxf(m[j], __shfl_xor_sync(0xFFFFFFFFu, m[j], o));
+    if (lane == 0) fmax[warp][j] = m[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < NB; j++) {
+    float mm = 0.0f;
+    for (int v = 0; v < 8; v++) mm = fmaxf(mm, fmax[v][j]);
+    const int s = mm > 0.0f ? 14 - ilogbf(mm) : 0;
+    H *q = pc + 3 * j * PS;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int c = tid + 256 * h;
+      rt_split3<H>(ldexpf(xv[j][h], s), q[c], q[PS + c], q[2 * PS + c]);
+    }
+    if (tid == 0) post[j] = ldexpf(F == 1 ? L.s : 1.0f, -s);
+  }
+  __syncthreads();
+  // the tile's products: each band's four A fragments times every n-tile
+  int plane[NT];
+#pragma unroll
+  for (int n = 0; n < NT; n++) plane[n] = 8 * n + g < 3 * nb ? 8 * n + g : -1;
+  float acc[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int b0 = 0; b0 < bhi; b0 += U) {
+    if (b0) rt_head_load<F, U, NL>(w, rowb, L.rows, tl, b0, bhi, g, t, ra, rb);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (b0 + u < bhi) rt_head_band<F, NT, NL, H>(ra[u], rb[u], pc, PS, plane, b0 + u, t, acc);
+  }
+  // accumulator (row g or g + 8, column 2t or 2t + 1) of each n-tile to
+  // sums, then each (row, token): its three pieces, scaled back
+#pragma unroll
+  for (int n = 0; n < NT; n++) {
+    sums[warp][g][8 * n + 2 * t] = acc[n][0], sums[warp][g][8 * n + 2 * t + 1] = acc[n][1];
+    sums[warp][g + 8][8 * n + 2 * t] = acc[n][2], sums[warp][g + 8][8 * n + 2 * t + 1] = acc[n][3];
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * NB; i += 32) {
+    const int r = i / NB, j = i % NB;
+    const float *sr = sums[warp][r] + 3 * j;
+    part[warp * 16 + r][j] = j < nb ? (sr[0] + sr[1] + sr[2]) * post[j] : 0.0f;
+  }
+  // the cluster's slices: block q adds rows q, q + ks, ... over the slices in order
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  for (int i = tid; i < RT_DM_ROWS * NB; i += 256) {
+    const int r = i / NB, j = i % NB;
+    if (r % ks != slice || j >= nb || row0 + r >= L.rows) continue;
+    float y = 0.0f;
+    for (int p = 0; p < ks; p++) y += cl.map_shared_rank(&part[0][0], p)[r * NB + j];
+    T.y[j * T.ys + row0 + r] = y;
+  }
+  cl.sync(); // every block's part stays until the others have read it
+  RT_TL_END();
+}
