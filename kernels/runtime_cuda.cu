@@ -43,7 +43,6 @@ extern "C" {
 #include "kernels/rt_ops.cuh"
 #include "kernels/rt_head.cuh"
 #include "kernels/rt_dmma.cuh"
-#include "kernels/rt_emma.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -69,7 +68,6 @@ struct mv_launch {
   int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
   int fl = 0;                 // k_mv's RT_MV_* flags
   bool plain = false;         // every task one unrouted term, plain y, all of one cols: k_dmma may take it
-  int nterm = 0;              // the most terms of a task
   std::vector<int64_t> trows; // rows of each task
 };
 
@@ -88,7 +86,6 @@ struct gpu_session {
   int flat;               // MTPQ_CUDA_FLAT=0: no flat k_mv grids (mv_run)
   int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
   int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
-  int emma;               // the routed experts' NVFP4 products on tensor cores (k_emma; MTPQ_CUDA_EMMA=0: k_mv)
   int dmma;               // plain dense products at 2..8 tokens on tensor cores (k_dmma; MTPQ_CUDA_DMMA=0: k_mv)
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
@@ -393,7 +390,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->splitk = env_int("MTPQ_CUDA_SPLITK", 4);
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->dmma = env_on("MTPQ_CUDA_DMMA");
-  g->emma = env_on("MTPQ_CUDA_EMMA");
   g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
   g->hmt = env_int("MTPQ_CUDA_HEAD_MT", 0);
   g->early = env_on("MTPQ_CUDA_EARLY");
@@ -569,7 +565,6 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
   m->plain = !m->glu && !m->best;
   for (const mv_task &t : v) {
-    m->nterm = t.nterm > m->nterm ? t.nterm : m->nterm;
     m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w && !t.glu && !t.best && t.y &&
                g->host_lins[t.t[0].lin].cols == g->host_lins[v[0].t[0].lin].cols;
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
@@ -860,7 +855,16 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
 }
 
 // k_dmma (kernels/rt_dmma.cuh) for a plain dense FP8/BF16 launch at 2..8
-// tokens: a cluster of ceil(cols / 512) blocks per 128 rows of each task
+// tokens: a cluster of ceil(cols / 512) blocks per 128 rows of each task.
+// H200, 4K batch 8: mtpq 363.4 -> 308.5 us a step (fc 19.6 -> 13.2 us in the
+// timeline, q/k/v 56.4 -> 26.8, o 19.0 -> 14.7, router 22.9 -> 11.7;
+// tests/bench/RESULTS.md, twenty-sixth round). Also tried there and not
+// kept: the routed experts' NVFP4 products on tensor cores the same way
+// (k_emma, commit c9435ed: a pair of weights one HMUL2 into an f16 MMA, x as
+// pieces per block): slower, 115.5 -> 132.8 us at batch 1 (gate/up 11.3 ->
+// 18.9, down 6.4 -> 16.0) and 308.5 -> 336.6 at batch 8; their weights can
+// be requested only after the routing, and the pieces add two L2 round
+// trips and barriers before the first product
 template <int F, int NB> static void dmma_run(gpu_session *g, const mv_launch &m, int ks) {
   dm_grid dg = {};
   int tot = 0;
@@ -885,34 +889,6 @@ static bool launch_dmma(gpu_session *g, const mv_launch &m) {
   return true;
 }
 
-// k_emma (kernels/rt_emma.cuh) for the routed experts' NVFP4 launches (one
-// token a task): WT warps a 16-row tile, the most of 8, 4, 2 that keeps the
-// grid within one wave of two blocks an SM (1 past it)
-#define RT_EM_SMEM (96 * 1024)
-template <int WT> static void emma_run(gpu_session *g, const mv_launch &m, size_t smem) {
-  static bool attr = false;
-  if (!attr) attr = cudaFuncSetAttribute(k_emma<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize, RT_EM_SMEM) ==
-                    cudaSuccess;
-  const int64_t bx = (m.rows + 16 * (8 / WT) - 1) / (16 * (8 / WT));
-  go(g, true, k_emma<WT>, dim3((unsigned)bx, (unsigned)m.ntask), dim3(256), smem, (const dlin *)g->lins,
-     (const mv_task *)m.dev, (const int *)g->sel, m.fl);
-}
-
-static bool launch_emma(gpu_session *g, const mv_launch &m) {
-  const size_t smem = (size_t)m.nterm * 3 * (size_t)(m.cols + 16) * 2;
-  if (!g->emma || !g->fast || m.fmt != 2 || m.nbmax != 1 || m.best || m.cols % 64 || smem > RT_EM_SMEM) return false;
-  const int64_t groups = (int64_t)m.groups / ((m.cols + 511) / 512) * (m.cols / 64); // the fewest (term, 64-column band)s
-  int wt = 1;
-  for (int w : {8, 4, 2})
-    if (w <= groups && (m.rows + 16 * (8 / w) - 1) / (16 * (8 / w)) * m.ntask <= 2 * (int64_t)g->sms) {
-      wt = w;
-      break;
-    }
-  wt == 8 ? emma_run<8>(g, m, smem) : wt == 4 ? emma_run<4>(g, m, smem) : wt == 2 ? emma_run<2>(g, m, smem)
-          : emma_run<1>(g, m, smem);
-  return true;
-}
-
 // The plain dense products at one token (fc, q/k/v, o, router, shared
 // expert) with all of their weights requested before the wait, through the
 // bulk copy engine into shared memory (at most 110 KB a block, so that the
@@ -930,7 +906,7 @@ static bool launch_emma(gpu_session *g, const mv_launch &m) {
 // (tests/bench/RESULTS.md, thirteenth round).
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
-  if (launch_head_mma(g, m) || launch_dmma(g, m) || launch_emma(g, m)) return;
+  if (launch_head_mma(g, m) || launch_dmma(g, m)) return;
   const int NB = nb_slots(m.nbmax);
   if (!g->fast) {
     int64_t bx = (m.rows + 7) / 8;
