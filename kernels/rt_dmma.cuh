@@ -2,9 +2,9 @@
 // the router with the shared expert's gate, the shared expert's down),
 // included by kernels/runtime_cuda.cu after rt_head.cuh.
 //
-// Why: at 8 tokens k_mv's FFMA path ran these at 0.35-0.45 TB/s (H200, 4K
+// Why: at 8 tokens k_mv's FFMA path ran these at 0.1-0.45 TB/s (H200, 4K
 // batch 8 timeline: fc 19.6 us for 8.4 MB, q/k/v 56.4 for 18.9, o 19.0,
-// router 22.9; tests/bench/RESULTS.md, twenty-sixth round): each weight is
+// router 22.9 for 2; tests/bench/RESULTS.md, twenty-sixth round): each weight is
 // converted and multiplied once per token, and each band of x is read once
 // per token through L1. An earlier try on k_head_mma's layout (a block all
 // of a product's columns) lost because every block turned all of x into
@@ -12,9 +12,12 @@
 // columns are split instead: a block takes 128 rows (8 warps, a 16-row
 // tile each) of one 512-column slice, so it turns only its slice of x into
 // pieces, and the slices of a row block are one thread-block cluster
-// (cols / 512 blocks, at most 8) whose partial sums meet through
+// (ceil(cols / 512) blocks, at most 8) whose partial sums meet through
 // distributed shared memory, added in slice order (the same result on
-// every run; no atomics, no second launch).
+// every run; no atomics, no second launch). Measured (same call, mtpq, 4K):
+// batch 4 224.5 -> 197.1 us a step, batch 8 364.1 -> 309.0; batch 2 153.2 ->
+// 151.4. Its blocks still take ~10 us after their wait, more than their
+// work or bytes explain (RESULTS.md: the lead for a next round).
 //
 // Exactness as in rt_head.cuh: FP8 weights are exact in f16, BF16 ones are
 // bf16; x is three pieces of x * 2^s in that type (s per token and slice,

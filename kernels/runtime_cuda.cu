@@ -154,8 +154,9 @@ static void mark(gpu_session *g, const char *name) {
 // kernel may start while the one before it finishes (it waits in rt_wait).
 // MTPQ_CUDA_PLAIN=i,j,...: the step's launches i, j, ... (counted from 0,
 // k_prep, in enqueue_step's order, the shared expert's included) without
-// it, to time what the overlap gains or costs launch by launch.
-// go_cl: the same with clusters of cl blocks along x (cl > 1).
+// it, to time what the overlap gains or costs launch by launch. go_cl
+// launches with thread-block clusters of cl blocks along x (cl > 1, k_dmma's
+// slices); go is go_cl without clusters.
 template <typename... KA, typename... A>
 static void go_cl(gpu_session *g, bool pdl, unsigned cl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem,
                   A... args) {
@@ -903,7 +904,8 @@ static bool launch_dmma(gpu_session *g, const mv_launch &m) {
 // and 8 (179.0 -> 185.9, 397.5 -> 406.2 us): every block turns all of x
 // into pieces in shared memory after its wait (8 tokens x 4,096 columns for
 // fc), which a product of few rows cannot amortise as the head does
-// (tests/bench/RESULTS.md, thirteenth round).
+// (tests/bench/RESULTS.md, thirteenth round). k_dmma now takes those
+// products: a block converts only its 512-column slice (launch_dmma).
 static void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
   if (launch_head_mma(g, m) || launch_dmma(g, m)) return;
