@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
     if (tid == 0) post[j] = ldexpf(F == 1 ? L.s : 1.0f, -s);
   }
   __syncthreads();
+  RT_TL_MID(1, post[0]); // the slice's pieces are in shared memory
   // the tile's products: each band's four A fragments times every n-tile
   int plane[NT];
 #pragma unroll
@@ -122,6 +123,7 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
     for (int u = 0; u < U; u++)
       if (b0 + u < bhi) rt_head_band<F, NT, NL, H>(ra[u], rb[u], pc, PS, plane, b0 + u, t, acc);
   }
+  RT_TL_MID(2, acc[0][0] + acc[NT - 1][3]); // the warp's products done (its weights landed)
   // accumulator (row g or g + 8, column 2t or 2t + 1) of each n-tile to
   // sums, then each (row, token): its three pieces, scaled back
 #pragma unroll
