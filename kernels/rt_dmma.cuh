@@ -16,8 +16,10 @@
 // distributed shared memory, added in slice order (the same result on
 // every run; no atomics, no second launch). Measured (same call, mtpq, 4K):
 // batch 4 224.5 -> 197.1 us a step, batch 8 364.1 -> 309.0; batch 2 153.2 ->
-// 151.4. Its blocks still take ~10 us after their wait, more than their
-// work or bytes explain (RESULTS.md: the lead for a next round).
+// 151.4. Its blocks still take ~12 us after their wait at batch 8: ~5 until
+// the pieces are ready (x's loads queue behind the block's weights), ~2.3
+// of products, ~4.5-5 for the sums' staging and the two cluster barriers
+// (RESULTS.md, twenty-sixth round: the leads for a next round).
 //
 // Exactness as in rt_head.cuh: FP8 weights are exact in f16, BF16 ones are
 // bf16; x is three pieces of x * 2^s in that type (s per token and slice,
