@@ -35,18 +35,13 @@
 #define RT_DM_ROWS 128  // rows a block: 8 warps x 16
 #define RT_DM_KS 8      // the most slices (a portable cluster size)
 
-// k_dmma's grid: blockIdx.x the slice (the cluster), blockIdx.y a row block
-// of task t for off[t] <= y < off[t + 1]
-struct dm_grid {
-  int n; // tasks
-  int off[RT_FLAT + 1];
-};
-
-// blockDim 256, grid (ks = ceil(cols / 512), off[n]), cluster (ks, 1, 1).
+// blockDim 256, grid (ks = ceil(cols / 512), fg.off[fg.n]), cluster (ks, 1,
+// 1): blockIdx.x the slice, blockIdx.y a row block of task t for fg.off[t]
+// <= y < fg.off[t + 1] (k_mv's flat grid, rows along y).
 // Tasks: one term each, no routing, plain y (mv_launch::plain), cols % 64 ==
 // 0, every task of one cols. F: 1 FP8, 0 BF16.
 template <int F, int NB>
-__global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task *tasks, dm_grid dg) {
+__global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task *tasks, mv_flat fg) {
   RT_TL_START();
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int NT = (3 * NB + 7) / 8;  // n-tiles: column c is piece c % 3 of token c / 3
@@ -56,16 +51,14 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   __shared__ __align__(16) H pc[3 * NB * PS];
   __shared__ float sums[8][16][8 * NT + 1]; // a warp's tile sums, (row, column)
   __shared__ float part[RT_DM_ROWS][NB];    // the block's slice sums, scaled: what the cluster adds
-  __shared__ float fmax[8][NB], post[NB];
+  __shared__ float wmax[8][NB], post[NB]; // each warp's largest |x| a token
   __shared__ mv_task T;
   __shared__ dlin L;
   rt_trigger();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  int task = 0;
-#pragma unroll
-  for (int i = 1; i < RT_FLAT; i++)
-    if (i < dg.n && (int)blockIdx.y >= dg.off[i]) task = i;
-  const int64_t row0 = (int64_t)((int)blockIdx.y - dg.off[task]) * RT_DM_ROWS;
+  int lo, hi;
+  const int task = rt_flat_task(fg, (int)blockIdx.y, lo, hi);
+  const int64_t row0 = (int64_t)((int)blockIdx.y - lo) * RT_DM_ROWS;
   rt_task_load(tasks + task, T);
   __syncthreads();
   if (tid == 0) L = tab[T.t[0].lin];
@@ -94,13 +87,13 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
       m[j] = fmaxf(m[j], fabsf(xv[j][h]));
     }
     for (int o = 16; o > 0; o >>= 1) m[j] = fmaxf(m[j], __shfl_xor_sync(0xFFFFFFFFu, m[j], o));
-    if (lane == 0) fmax[warp][j] = m[j];
+    if (lane == 0) wmax[warp][j] = m[j];
   }
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < NB; j++) {
     float mm = 0.0f;
-    for (int v = 0; v < 8; v++) mm = fmaxf(mm, fmax[v][j]);
+    for (int v = 0; v < 8; v++) mm = fmaxf(mm, wmax[v][j]);
     const int s = mm > 0.0f ? 14 - ilogbf(mm) : 0;
     H *q = pc + 3 * j * PS;
 #pragma unroll

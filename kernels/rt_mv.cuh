@@ -328,6 +328,18 @@ struct mv_flat {
   int off[RT_FLAT + 1];  // off[n]: the grid's blocks
 };
 
+// The task of a flat grid's block b (fg.n > 0) and its row blocks' range lo
+// .. hi - 1, as unrolled selects: a parameter indexed at run time would go
+// to local memory (k_mv, and k_dmma's grid rows)
+__device__ __forceinline__ int rt_flat_task(const mv_flat &fg, int b, int &lo, int &hi) {
+  int task = 0;
+  lo = 0, hi = fg.off[1];
+#pragma unroll
+  for (int i = 1; i < RT_FLAT; i++)
+    if (i < fg.n && b >= fg.off[i]) task = i, lo = fg.off[i], hi = fg.off[i + 1];
+  return task;
+}
+
 // blockDim 256 (8 warps, each its own R rows); grid (row blocks, tasks) or flat (fg).
 // Every lin's cols % 16 == 0; the terms of a task share one shape. FMT: the format of every term (0 BF16, 1 FP8,
 // 2 NVFP4), or 3 for a mix chosen per term (the MoE down projection: NVFP4
@@ -373,11 +385,8 @@ __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
   // shape, and the selects cost them registers (spills in three)
   int task = (int)blockIdx.y, bx = (int)blockIdx.x, nbx = (int)gridDim.x;
   if (RT_MV_FLAT(FMT) && fg.n) {
-    int lo = 0, hi = fg.off[1];
-    task = 0;
-#pragma unroll
-    for (int i = 1; i < RT_FLAT; i++)
-      if (i < fg.n && bx >= fg.off[i]) task = i, lo = fg.off[i], hi = fg.off[i + 1];
+    int lo, hi;
+    task = rt_flat_task(fg, bx, lo, hi);
     bx -= lo, nbx = hi - lo;
   }
   rt_task_load(tasks + task, T);

@@ -662,6 +662,16 @@ template <typename K> static int resident(K kernel) {
   return (sms > 0 ? sms : 132) * (per > 0 ? per : 1);
 }
 
+// A flat grid of the launch's tasks (m.ntask <= RT_FLAT) at rb rows a block:
+// task t's blocks from off[t], n = m.ntask
+static mv_flat flat_grid(const mv_launch &m, int64_t rb) {
+  mv_flat fg = {};
+  int64_t tot = 0;
+  for (int t = 0; t < m.ntask; t++) fg.off[t] = (int)tot, tot += (m.trows[t] + rb - 1) / rb;
+  fg.off[m.ntask] = (int)tot, fg.n = m.ntask;
+  return fg;
+}
+
 // Tasks of unequal rows that fit one wave at their own block counts run as a
 // flat grid (mv_flat: q/k/v, the router with the shared expert's gate), the
 // rest as (row blocks of the largest task, tasks). MTPQ_CUDA_FLAT=0: never flat.
@@ -671,9 +681,8 @@ template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session
   const int64_t rb = 8 / S * R, bx = (m.rows + rb - 1) / rb;
   mv_flat fg = {};
   if (RT_MV_FLAT(F) && g->flat && m.ntask > 1 && m.ntask <= RT_FLAT) {
-    int64_t tot = 0;
-    for (int t = 0; t < m.ntask; t++) fg.off[t] = (int)tot, tot += (m.trows[t] + rb - 1) / rb;
-    fg.off[m.ntask] = (int)tot;
+    fg = flat_grid(m, rb);
+    const int64_t tot = fg.off[m.ntask];
     fg.n = tot < bx * m.ntask && tot <= cap ? m.ntask : 0;
   }
   const dim3 grid = fg.n ? dim3((unsigned)fg.off[fg.n]) : dim3((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
@@ -867,12 +876,9 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
 // be requested only after the routing, and the pieces add two L2 round
 // trips and barriers before the first product
 template <int F, int NB> static void dmma_run(gpu_session *g, const mv_launch &m, int ks) {
-  dm_grid dg = {};
-  int tot = 0;
-  for (int t = 0; t < m.ntask; t++) dg.off[t] = tot, tot += (int)((m.trows[t] + RT_DM_ROWS - 1) / RT_DM_ROWS);
-  dg.off[m.ntask] = tot, dg.n = m.ntask;
-  go_cl(g, true, (unsigned)ks, k_dmma<F, NB>, dim3((unsigned)ks, (unsigned)tot), dim3(256), 0, (const dlin *)g->lins,
-        (const mv_task *)m.dev, dg);
+  const mv_flat fg = flat_grid(m, RT_DM_ROWS);
+  go_cl(g, true, (unsigned)ks, k_dmma<F, NB>, dim3((unsigned)ks, (unsigned)fg.off[m.ntask]), dim3(256), 0,
+        (const dlin *)g->lins, (const mv_task *)m.dev, fg);
 }
 
 static bool launch_dmma(gpu_session *g, const mv_launch &m) {
