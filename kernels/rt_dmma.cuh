@@ -16,10 +16,15 @@
 // distributed shared memory, added in slice order (the same result on
 // every run; no atomics, no second launch). Measured (same call, mtpq, 4K):
 // batch 4 224.5 -> 197.1 us a step, batch 8 364.1 -> 309.0; batch 2 153.2 ->
-// 151.4. Its blocks still take ~12 us after their wait at batch 8: ~5 until
-// the pieces are ready (x's loads queue behind the block's weights), ~2.3
-// of products, ~4.5-5 for the sums' staging and the two cluster barriers
-// (RESULTS.md, twenty-sixth round: the leads for a next round).
+// 151.4. The slices' sums first met by reads of the other blocks' shared
+// memory between two cluster barriers; pushing them to the owner's instead
+// (one barrier) took, same call, batch 8 297.6 -> 292.0, batch 4 192.5 ->
+// 188.8, batch 2 150.2 -> 146.9 (stock 442.0 -> 435.4, 314.7 -> 311.7).
+// Requesting only the first half of the slice's weights before the wait
+// and the rest behind x's loads (x's loads queue behind the weights: ~5 us
+// from the wait until the pieces are ready at batch 8) was no faster: batch
+// 8 292.0 -> 293.1, 4 188.8 both, 2 146.9 -> 148.4 (twenty-seventh round,
+// RESULTS.md).
 //
 // Exactness as in rt_head.cuh: FP8 weights are exact in f16, BF16 ones are
 // bf16; x is three pieces of x * 2^s in that type (s per token and slice,
@@ -46,15 +51,16 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int NT = (3 * NB + 7) / 8;  // n-tiles: column c is piece c % 3 of token c / 3
   constexpr int NL = F == 1 ? 1 : 2;    // 16-byte loads a row and band
-  constexpr int U = F == 1 ? 8 : 4;     // bands a batch of loads (a slice is 8): 64 registers a lane
+  constexpr int UH = F == 1 ? 4 : 2;    // bands a half-batch of loads (a slice is 8): two in registers, 64 a lane
   constexpr int PS = RT_DM_SLICE + 16;  // a plane's stride, halves (32 bytes of padding against bank conflicts)
   __shared__ __align__(16) H pc[3 * NB * PS];
   __shared__ float sums[8][16][8 * NT + 1]; // a warp's tile sums, (row, column)
-  __shared__ float part[RT_DM_ROWS][NB];    // the block's slice sums, scaled: what the cluster adds
+  __shared__ float recv[RT_DM_ROWS + RT_DM_KS][NB]; // the rows this block owns, every slice's scaled sums
   __shared__ float wmax[8][NB], post[NB]; // each warp's largest |x| a token
   __shared__ mv_task T;
   __shared__ dlin L;
   rt_trigger();
+  __cluster_barrier_arrive_relaxed(); // waited before the first remote store: the whole cluster has started
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   int lo, hi;
   const int task = rt_flat_task(fg, (int)blockIdx.y, lo, hi);
@@ -69,23 +75,29 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   const size_t bpw = F == 1 ? 1 : 2, rowb = (size_t)cols * bpw;
   const uint8_t *w = L.w + (size_t)c0 * bpw;
   const int64_t tl = row0 / 16 + warp; // the warp's 16-row tile
-  // the weights are constant: the first batch is requested before the wait
-  uint4 ra[U][NL], rb[U][NL];
-  rt_head_load<F, U, NL>(w, rowb, L.rows, tl, 0, bhi, g, t, ra, rb);
+  // the weights are constant: the first two half-batches (a whole FP8
+  // slice) are requested before the wait; half h goes to registers a when h
+  // is even, b when odd, each requested as soon as the half two before it is
+  // multiplied
+  uint4 ra0[UH][NL], rb0[UH][NL], ra1[UH][NL], rb1[UH][NL];
+  const int nh = (bhi + UH - 1) / UH;
+  rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, 0, bhi, g, t, ra0, rb0);
+  rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, UH, bhi, g, t, ra1, rb1);
   rt_wait();
   // the slice of x as pieces: each token's largest |x| over the slice, then
   // three pieces of x * 2^s a column (zeros past the slice and the tokens)
   const int nb = T.nb;
   float xv[NB][2], m[NB];
 #pragma unroll
-  for (int j = 0; j < NB; j++) {
-    m[j] = 0.0f;
+  for (int j = 0; j < NB; j++)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int c = tid + 256 * h;
       xv[j][h] = j < nb && c < width ? __ldcg(T.t[0].x + (int64_t)j * T.xs + c0 + c) : 0.0f;
-      m[j] = fmaxf(m[j], fabsf(xv[j][h]));
     }
+#pragma unroll
+  for (int j = 0; j < NB; j++) {
+    m[j] = fmaxf(fabsf(xv[j][0]), fabsf(xv[j][1]));
     for (int o = 16; o > 0; o >>= 1) m[j] = fmaxf(m[j], __shfl_xor_sync(0xFFFFFFFFu, m[j], o));
     if (lane == 0) wmax[warp][j] = m[j];
   }
@@ -112,11 +124,18 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   float acc[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  for (int b0 = 0; b0 < bhi; b0 += U) {
-    if (b0) rt_head_load<F, U, NL>(w, rowb, L.rows, tl, b0, bhi, g, t, ra, rb);
+  for (int h = 0; h < nh; h += 2) { // each half's bands in order, the half two ahead requested behind it
 #pragma unroll
-    for (int u = 0; u < U; u++)
-      if (b0 + u < bhi) rt_head_band<F, NT, NL, H>(ra[u], rb[u], pc, PS, plane, b0 + u, t, acc);
+    for (int u = 0; u < UH; u++)
+      if (h * UH + u < bhi) rt_head_band<F, NT, NL, H>(ra0[u], rb0[u], pc, PS, plane, h * UH + u, t, acc);
+    if (h + 2 < nh) rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, (h + 2) * UH, bhi, g, t, ra0, rb0);
+    if (h + 1 < nh) {
+#pragma unroll
+      for (int u = 0; u < UH; u++)
+        if ((h + 1) * UH + u < bhi)
+          rt_head_band<F, NT, NL, H>(ra1[u], rb1[u], pc, PS, plane, (h + 1) * UH + u, t, acc);
+      if (h + 3 < nh) rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, (h + 3) * UH, bhi, g, t, ra1, rb1);
+    }
   }
   RT_TL_MID(2, acc[0][0] + acc[NT - 1][3]); // the warp's products done (its weights landed)
   // accumulator (row g or g + 8, column 2t or 2t + 1) of each n-tile to
@@ -127,22 +146,29 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
     sums[warp][g + 8][8 * n + 2 * t] = acc[n][2], sums[warp][g + 8][8 * n + 2 * t + 1] = acc[n][3];
   }
   __syncwarp();
-  for (int i = lane; i < 16 * NB; i += 32) {
-    const int r = i / NB, j = i % NB;
-    const float *sr = sums[warp][r] + 3 * j;
-    part[warp * 16 + r][j] = j < nb ? (sr[0] + sr[1] + sr[2]) * post[j] : 0.0f;
-  }
-  // the cluster's slices: block q adds rows q, q + ks, ... over the slices in order
+  // the cluster's slices: block q owns rows q, q + ks, ... and receives
+  // slice p's scaled sum of row r in recv[p * rrn + r / ks] (a remote store,
+  // no round trip); one barrier, then each owner adds its rows' slices in
+  // order (the same sum on every run). A block leaves once its own rows are
+  // written: nobody reads its shared memory after the barrier.
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  for (int i = tid; i < RT_DM_ROWS * NB; i += 256) {
-    const int r = i / NB, j = i % NB;
-    if (r % ks != slice || j >= nb || row0 + r >= L.rows) continue;
+  const int rrn = (RT_DM_ROWS + ks - 1) / ks;
+  __cluster_barrier_wait();
+  for (int i = lane; i < 16 * NB; i += 32) {
+    const int r = warp * 16 + i / NB, j = i % NB;
+    if (j >= nb) continue;
+    const float *sr = sums[warp][i / NB] + 3 * j;
+    cl.map_shared_rank(&recv[0][0], r % ks)[(slice * rrn + r / ks) * NB + j] = (sr[0] + sr[1] + sr[2]) * post[j];
+  }
+  __cluster_barrier_arrive(); // release: this block's stores; the wait acquires every slice's
+  __cluster_barrier_wait();
+  for (int i = tid; i < rrn * NB; i += 256) {
+    const int rr = i / NB, j = i % NB, r = rr * ks + slice;
+    if (r >= RT_DM_ROWS || j >= nb || row0 + r >= L.rows) continue;
     float y = 0.0f;
-    for (int p = 0; p < ks; p++) y += cl.map_shared_rank(&part[0][0], p)[r * NB + j];
+    for (int p = 0; p < ks; p++) y += recv[p * rrn + rr][j];
     T.y[j * T.ys + row0 + r] = y;
   }
-  cl.sync(); // every block's part stays until the others have read it
   RT_TL_END();
 }
