@@ -104,7 +104,7 @@ struct gpu_session {
   int launch_i;           // the step's launches so far (enqueue_step resets it)
   int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4 (the default), 8)
   int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
-                          // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16)
+                          // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16; 0: 16 at 8 rows)
   int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
   int profile_call;       // MTPQ_CUDA_PROFILE_CALL (0: none)
   pf_region *pf = nullptr;
@@ -374,14 +374,20 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->K = d->moe ? (int)d->topk : 0;
   g->graphs = env_on("MTPQ_CUDA_GRAPHS");
   g->pdl = env_on("MTPQ_CUDA_PDL");
-  // NVFP4 products at one token (the routed experts) are bound by their
-  // decode instructions, not by one wave: at most 4 rows per warp spreads
-  // them evenly over the SMs (gate/up 19.6 -> 18.9 us under ncu), and 8
-  // loads per lane keep the down projection out of spills (18.3 -> 13.9 us):
-  // 186.7-189.4 -> 178.7 us a step at 4K batch 1 on the H200, same build
-  // (tests/bench/RESULTS.md)
-  g->fp4r = env_int("MTPQ_CUDA_FP4R", 4);
-  g->fp4u = env_int("MTPQ_CUDA_FP4U", 8);
+  // NVFP4 products of one token a task (the routed experts). At 4K batch 1
+  // (fourth round, other kernels) at most 4 rows per warp spread them over
+  // the SMs and 8 loads a lane kept the down out of spills; neither applies
+  // to today's batch-1 launches (the gate/up pairs take their own rule, the
+  // down fits a wave at one row a warp). At 5..8 tokens (80 gate/up tasks,
+  // 8 downs) the launches are several waves at 4 rows a warp, and each
+  // block's weights arrive in a few dependent batches: 8 rows a warp with
+  // 16 loads a lane in flight took batch 8 from 291.9 to 282.2 us a step
+  // (16 loads at the wave rule's 4 rows: 287.3; twenty-seventh round,
+  // tests/bench/RESULTS.md). So: the wave rule (MTPQ_CUDA_FP4R=0, or 1 or 4
+  // as a cap), and 16 loads a lane at 8 rows a warp, 8 below
+  // (MTPQ_CUDA_FP4U=0; 8 or 16 at every row count)
+  g->fp4r = env_int("MTPQ_CUDA_FP4R", 0);
+  g->fp4u = env_int("MTPQ_CUDA_FP4U", 0);
   g->r5 = env_on("MTPQ_CUDA_R5");
   g->side = env_on("MTPQ_CUDA_SIDE");
   g->flat = env_on("MTPQ_CUDA_FLAT");
@@ -744,7 +750,8 @@ template <int NB, int R> static void mv_go(gpu_session *g, const mv_launch &m) {
   case 1: mv_run<NB, R, U, 1>(g, m); break;
   case 2:
     if constexpr (NB == 1 && (R == 5 || R == 6)) mv_run<1, R, U, 2>(g, m);
-    else if constexpr (NB == 1) g->fp4u == 8 ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
+    else if constexpr (NB == 1)
+      (g->fp4u ? g->fp4u == 8 : R < 8) ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
     else mv_run<NB, R, 8, 2>(g, m);
     break;
   default: mv_run<NB, R, U, 3>(g, m); break;
