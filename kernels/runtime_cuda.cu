@@ -378,13 +378,14 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   // (fourth round, other kernels) at most 4 rows per warp spread them over
   // the SMs and 8 loads a lane kept the down out of spills; neither applies
   // to today's batch-1 launches (the gate/up pairs take their own rule, the
-  // down fits a wave at one row a warp). At 5..8 tokens (80 gate/up tasks,
-  // 8 downs) the launches are several waves at 4 rows a warp, and each
-  // block's weights arrive in a few dependent batches: 8 rows a warp with
-  // 16 loads a lane in flight took batch 8 from 291.9 to 282.2 us a step
-  // (16 loads at the wave rule's 4 rows: 287.3; twenty-seventh round,
-  // tests/bench/RESULTS.md). So: the wave rule (MTPQ_CUDA_FP4R=0, or 1 or 4
-  // as a cap), and 16 loads a lane at 8 rows a warp, 8 below
+  // down fits a wave at one row a warp). From 2 tokens on the gate/up pairs
+  // (20..80 tasks) take 8 rows a warp by their rule, and from 5 the downs
+  // are more than a wave at 4; such launches run in several waves whose
+  // blocks' weights arrive in a few dependent batches. 8 rows a warp with 16
+  // loads a lane in flight took batch 8 from 291.9 to 282.2 us a step (16
+  // loads with the down still capped at 4 rows: 287.3; twenty-seventh
+  // round, tests/bench/RESULTS.md). So: the wave rule (MTPQ_CUDA_FP4R=0, or
+  // 1 or 4 as a cap), and 16 loads a lane at 8 rows a warp, 8 below
   // (MTPQ_CUDA_FP4U=0; 8 or 16 at every row count)
   g->fp4r = env_int("MTPQ_CUDA_FP4R", 0);
   g->fp4u = env_int("MTPQ_CUDA_FP4U", 0);
