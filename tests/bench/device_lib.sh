@@ -88,3 +88,36 @@ print(f'{"sum (one step, kernels alone)":62s} {tot / 1e3:8.1f} us; {len(ks)} ker
 PY
   tail -3 "$OUT/ncu-$label-run.txt"
 }
+
+# The stall reasons, DRAM throughput, occupancy, registers and
+# instructions of one draft call's kernels matching ${NCU_KERNELS} (default
+# k_attn|k_mv|k_route|k_head|k_dmma), mtpq row at 4K, batch ${NCU_BATCH:-1},
+# under ncu (serialised); one line a kernel of the call's second step in
+# $OUT/ncu-detail-short.txt. Arg: the mtpq binary
+dev_ncu_detail() {
+  timeout 200 ncu --clock-control none --cache-control none --profile-from-start off -k "regex:${NCU_KERNELS:-k_attn|k_mv|k_route|k_head|k_dmma}" \
+    --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
+    --section LaunchStats --csv --page raw --log-file "$OUT/ncu-detail.csv" env MTPQ_CUDA_PROFILE_CALL=50 "$1" bench-step \
+    --backend cuda --target $T --drafter /tmp/q80 --context 4096 --iters 40 ${NCU_BATCH:+--batch $NCU_BATCH} > /dev/null 2>&1
+  # one line per kernel of the call's second step: duration, DRAM %, occupancy, registers, grid, top stall reasons
+  python3 - "$OUT/ncu-detail.csv" <<'PY' | tee "$OUT/ncu-detail-short.txt"
+import csv, sys, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+h = rows[hdr]; data = [r for r in rows[hdr + 2:] if len(r) == len(h)]
+def col(r, name):
+    try: return r[h.index(name)]
+    except ValueError: return '?'
+stalls = [i for i, n in enumerate(h) if re.match(r'smsp__average_warps?_issue_stalled_.*_per_issue_active\.ratio$', n)]
+n = len(data) // 3 if len(data) % 3 == 0 else len(data)
+for r in data[n:2 * n] if n != len(data) else data:
+    name = re.sub(r'\(.*', '', r[h.index('Kernel Name')])[:48]
+    st = sorted(((float(r[i].replace(',', '') or 0), re.sub(r'smsp__average_warps?_issue_stalled_|_per_issue_active\.ratio', '', h[i])) for i in stalls), reverse=True)[:4]
+    print(f"{name:48s} {col(r, 'gpu__time_duration.sum'):>8s} dram% {col(r, 'gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed'):>6s} "
+          f"occ {col(r, 'sm__warps_active.avg.pct_of_peak_sustained_active'):>6s} reg {col(r, 'launch__registers_per_thread'):>4s} "
+          f"grid {col(r, 'launch__grid_size'):>6s} inst {col(r, 'sass__inst_executed_per_opcode'):>10s} "
+          f"issue/cyc {col(r, 'smsp__issue_active.avg.per_cycle_active'):>5s} "
+          + ' '.join(f'{k}={v:.1f}' for v, k in st))
+print('units:', col(rows[hdr + 1], 'gpu__time_duration.sum'), '; stall columns:', len(stalls))
+PY
+}
