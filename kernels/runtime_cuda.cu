@@ -95,7 +95,8 @@ struct gpu_session {
   int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
   int attn_x;             // k_attn RING 2 where its shared memory fits: its blocks per (KV head, token)
                           // (MTPQ_CUDA_ATTN_X=N: N); 0: RING 0, a block per split (MTPQ_CUDA_ATTN_RING=0)
-  int ring_n;             // RING 0 for launches of 2..8 tokens within attn_x splits (MTPQ_CUDA_ATTN_RING_N=0: not)
+  int attn_per;           // RING 2's blocks an SM
+  int attn_xn;            // RING 2 at 2..8 tokens as one wave of blocks (MTPQ_CUDA_ATTN_XN=0: not; see attn_blocks)
   int attn_mma;           // RING 2 at the 80B shape (G = 8, D = 256) on tensor cores (MTPQ_CUDA_ATTN_MMA=0: FFMA)
   int64_t kv_ef_pos;      // k_attn copies the cached K/V evict-first past this many positions a launch (in
                           // all its tokens): as many as half of L2 holds (MTPQ_CUDA_KV_EF=0: never, 1: always)
@@ -335,6 +336,24 @@ static void attn_ring_grid(gpu_session *g, int dev) {
   const int force = env_int("MTPQ_CUDA_ATTN_X", 0); // (tests: a few blocks, each over many splits)
   const int64_t x = force > 0 ? force : ((int64_t)g->sms * per + d->Nkv - 1) / d->Nkv;
   g->attn_x = (int)(x < g->nsplit ? x : g->nsplit);
+  g->attn_per = per;
+}
+
+// RING 2's blocks per (KV head, token) at a launch of n tokens: attn_x (a
+// wave per token), or with attn_xn (the default) at 2..8 tokens one wave for
+// the launch, each block over several splits. Why: with attn_x blocks a
+// token, a launch of 8 tokens was 8 waves, and at 4K every block held one
+// split, where RING 0 (a block per split, three an SM) was faster; as one
+// wave (at 8 tokens 16 blocks per KV head and token, 8 splits each at 4K)
+// the 4K batch-8 attention took 25.8 us against RING 0's 43.2 (timelines),
+// and the step (mtpq [stock], dev us) 4K batch 8 280.9 -> 265.2 [437.2 ->
+// 416.2], batch 4 184.6 -> 178.1 [307.5 -> 299.9], batch 2 146.0 -> 144.1
+// [259.4 -> 256.3], 32K batch 8 421.6 -> 403.7 [576.1 -> 551.8] (H200, same
+// call; tests/bench/RESULTS.md, twenty-eighth round)
+static int attn_blocks(const gpu_session *g, int n) {
+  if (n < 2 || !g->attn_xn || !g->attn_x) return g->attn_x;
+  const int64_t x = (int64_t)g->sms * g->attn_per / ((int64_t)g->d->Nkv * n);
+  return (int)(x < 1 ? 1 : x < g->attn_x ? x : g->attn_x);
 }
 
 extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window,
@@ -425,7 +444,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g, dev); // (0: a block per split)
   g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
   if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
-  g->ring_n = env_int("MTPQ_CUDA_ATTN_RING_N", 1) != 0;
+  g->attn_xn = env_int("MTPQ_CUDA_ATTN_XN", 1) != 0;
   const int64_t kv_per = 2 * d->Nkv * d->D * 2; // a position's BF16 K and V rows
   const int ef = env_int("MTPQ_CUDA_KV_EF", -1);
   g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / kv_per;
@@ -991,13 +1010,13 @@ static void enqueue_step(gpu_session *g, int n) {
   mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
-  // RING 0 at 2..8 tokens where no RING 2 block would hold two splits (a
-  // context of at most attn_x splits, as 4K): then a RING 2 block does what a
-  // RING 0 block does, but two share an SM where three RING 0 ones fit, and
-  // a launch of several tokens is more than a wave
-  const bool ring0n = n > 1 && g->ring_n && g->nsplit <= g->attn_x;
-  const int ring = g->attn_x && !ring0n ? 2 : 0;
-  go(g, true, attn_kernel(g, ring), dim3(ring ? g->attn_x : g->nsplit, Nkv, n), dim3(256),
+  // without attn_xn, RING 0 at 2..8 tokens where no RING 2 block would hold
+  // two splits (a context of at most attn_x splits, as 4K): then a RING 2
+  // block does what a RING 0 block does, but two share an SM where three
+  // RING 0 ones fit, and a launch of several tokens is more than a wave
+  const bool ring0n = n > 1 && !g->attn_xn && g->nsplit <= g->attn_x;
+  const int ring = g->attn_x && !ring0n ? 2 : 0, X = attn_blocks(g, n);
+  go(g, true, attn_kernel(g, ring), dim3(ring ? X : g->nsplit, Nkv, n), dim3(256),
      (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
@@ -1006,7 +1025,7 @@ static void enqueue_step(gpu_session *g, int n) {
   go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
      (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
-     g->nsplit, g->attn_merge && ring ? g->attn_x : g->nsplit, g->att);
+     g->nsplit, g->attn_merge && ring ? X : g->nsplit, g->att);
   mark(g, "attention combine+gate");
   launch_mv(g, p.o);
   mark(g, "o_proj");

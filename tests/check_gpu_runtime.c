@@ -126,7 +126,8 @@ static const struct {
     {"MTPQ_CUDA_ATTN_RING", "0"}, /* a block per split (the default: RING 2, two blocks per SM over several splits) */
     {"MTPQ_CUDA_ATTN_X", "1"},    /* RING 2 with one block per (KV head, token): all the splits merged in one */
     {"MTPQ_CUDA_ATTN_MERGE", "0"}, /* RING 2 with a partial per split (past 8K: k_attn_combine<4>) */
-    {"MTPQ_CUDA_ATTN_RING_N", "0"}, /* RING 2 at 2..8 tokens within attn_x splits too (default: RING 0 there) */
+    {"MTPQ_CUDA_ATTN_XN", "0"},     /* RING 2 at 2..8 tokens with a token's blocks (default: one wave for the launch),
+                                       RING 0 there where no block would hold two splits */
     {"MTPQ_CUDA_KV_EF", "1"},       /* the cached K/V copied with the evict-first hint at any length */
     {"MTPQ_CUDA_ATTN_MMA", "0"},    /* RING 2 at the 80B shape on FFMA (default: on tensor cores) */
     {"MTPQ_CUDA_DMMA", "0"},        /* the plain dense products at 2..8 tokens on k_mv's FFMA path (default: k_dmma) */
@@ -304,9 +305,10 @@ START_TEST(test_random_shapes) {
        (20,000 and 60,000 rows, 3,750 16-row tiles, several a warp) also with k_head_dyn off: r7's
        passes take ~55 s each on the CPU side, r5's a few; r4 (o: 8 bands) and r10 (fc: 8 bands) also
        with 8-warp row sets; r0 and r4 (the 80B attention shape) with k_attn's block per split (RING
-       0), with one RING 2 block over all the splits (merged), RING 2 unmerged, and RING 2 at 2..8
-       tokens; r0 and long also with the cached K/V copied evict-first (by default only past half of
-       L2, which no test's cache reaches); r4 also with its RING 2 on FFMA instead of tensor cores; r0
+       0), with one RING 2 block over all the splits (merged), RING 2 unmerged, and at 2..8 tokens
+       a token's RING 2 blocks (RING 0 where each would hold one split) in place of one wave; r0 and
+       long also with the cached K/V copied evict-first (by default only past half of L2, which no
+       test's cache reaches); r4 also with its RING 2 on FFMA instead of tensor cores; r0
        and r10 (fc: 8 slices of 512 columns, k_dmma's largest cluster) also with the dense products
        at 2..8 tokens on FFMA instead of tensor cores */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) |
@@ -344,7 +346,7 @@ START_TEST(test_random_shapes) {
     gen_target(dir, 64, 16, 32, 1, 1, 16, 500, 3);
     /* (by default RING 2, a merged partial a block, and k_attn_combine<1> over them in two passes;
        RING 0 and RING 2 unmerged: a partial a split, <4> in one pass; one RING 2 block over all;
-       RING 2 at 2..8 tokens wherever RING 0 would run there by default; the evict-first hint) */
+       at 2..8 tokens a token's RING 2 blocks in place of one wave; the evict-first hint) */
     compare_random_knobs(dir, NULL, 8230, 8 | 16 | 32 | 64 | 128);
   }
   ck_assert_msg(ran > 0, "MTPQ_GPU_SHAPES=%s names no shape", getenv("MTPQ_GPU_SHAPES"));
