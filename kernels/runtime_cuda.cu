@@ -590,12 +590,14 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
   m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
-  m->plain = !m->glu && !m->best;
+  m->plain = true; // (each task below, v[0] included)
+  const int64_t cols0 = g->host_lins[v[0].t[0].lin].cols;
+  m->cols = cols0; // (task 0's)
   for (const mv_task &t : v) {
-    m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w && !t.glu && !t.best && t.y &&
-               g->host_lins[t.t[0].lin].cols == g->host_lins[v[0].t[0].lin].cols;
-    m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const dlin &L0 = g->host_lins[t.t[0].lin];
+    m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w && !t.glu && !t.best && t.y &&
+               L0.cols == cols0;
+    m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const int gr = t.nterm * (int)((L0.cols + 511) / 512);
     m->groups = !m->groups || gr < m->groups ? gr : m->groups;
     for (int k = 0; k < t.nterm; k++) { // sel-chosen experts all share the shape of expert 0
@@ -605,7 +607,6 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
       m->fmt = m->fmt < 0 || m->fmt == L.f ? L.f : 3;
     }
     m->rows = L0.rows > m->rows ? L0.rows : m->rows;
-    if (&t == &v[0]) m->cols = L0.cols;
     m->trows.push_back(L0.rows);
   }
   return MTPQ_OK;
