@@ -124,18 +124,16 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   float acc[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  for (int h = 0; h < nh; h += 2) { // each half's bands in order, the half two ahead requested behind it
+  // half hh's bands from its registers (ra, rb), then the half two ahead requested into them
+  auto half = [&](int hh, uint4 (&ra)[UH][NL], uint4 (&rb)[UH][NL]) {
 #pragma unroll
     for (int u = 0; u < UH; u++)
-      if (h * UH + u < bhi) rt_head_band<F, NT, NL, H>(ra0[u], rb0[u], pc, PS, plane, h * UH + u, t, acc);
-    if (h + 2 < nh) rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, (h + 2) * UH, bhi, g, t, ra0, rb0);
-    if (h + 1 < nh) {
-#pragma unroll
-      for (int u = 0; u < UH; u++)
-        if ((h + 1) * UH + u < bhi)
-          rt_head_band<F, NT, NL, H>(ra1[u], rb1[u], pc, PS, plane, (h + 1) * UH + u, t, acc);
-      if (h + 3 < nh) rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, (h + 3) * UH, bhi, g, t, ra1, rb1);
-    }
+      if (hh * UH + u < bhi) rt_head_band<F, NT, NL, H>(ra[u], rb[u], pc, PS, plane, hh * UH + u, t, acc);
+    if (hh + 2 < nh) rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, (hh + 2) * UH, bhi, g, t, ra, rb);
+  };
+  for (int h = 0; h < nh; h += 2) { // each half's bands in order: registers a, then b
+    half(h, ra0, rb0);
+    if (h + 1 < nh) half(h + 1, ra1, rb1);
   }
   RT_TL_MID(2, acc[0][0] + acc[NT - 1][3]); // the warp's products done (its weights landed)
   // accumulator (row g or g + 8, column 2t or 2t + 1) of each n-tile to
