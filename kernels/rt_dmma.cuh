@@ -45,15 +45,15 @@
 // <= y < fg.off[t + 1] (k_mv's flat grid, rows along y).
 // Tasks: one term each, no routing, plain y (mv_launch::plain), cols % 64 ==
 // 0, every task of one cols. F: 1 FP8, 0 BF16.
-template <int F, int NB>
+template <int F, int NB, int P = 3>
 __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task *tasks, mv_flat fg) {
   RT_TL_START();
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
-  constexpr int NT = (3 * NB + 7) / 8;  // n-tiles: column c is piece c % 3 of token c / 3
+  constexpr int NT = (P * NB + 7) / 8;  // n-tiles: column c is piece c % P of token c / P
   constexpr int NL = F == 1 ? 1 : 2;    // 16-byte loads a row and band
   constexpr int UH = F == 1 ? 4 : 2;    // bands a half-batch of loads (a slice is 8): two in registers, 64 a lane
   constexpr int PS = RT_DM_SLICE + 16;  // a plane's stride, halves (32 bytes of padding against bank conflicts)
-  __shared__ __align__(16) H pc[3 * NB * PS];
+  __shared__ __align__(16) H pc[P * NB * PS];
   __shared__ float sums[8][16][8 * NT + 1]; // a warp's tile sums, (row, column)
   __shared__ float recv[RT_DM_ROWS + RT_DM_KS][NB]; // the rows this block owns, every slice's scaled sums
   __shared__ float wmax[8][NB], post[NB]; // each warp's largest |x| a token
@@ -107,11 +107,11 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
     float mm = 0.0f;
     for (int v = 0; v < 8; v++) mm = fmaxf(mm, wmax[v][j]);
     const int s = mm > 0.0f ? 14 - ilogbf(mm) : 0;
-    H *q = pc + 3 * j * PS;
+    H *q = pc + P * j * PS;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int c = tid + 256 * h;
-      rt_split3<H>(ldexpf(xv[j][h], s), q[c], q[PS + c], q[2 * PS + c]);
+      rt_split_p<H, P>(ldexpf(xv[j][h], s), q + c, PS);
     }
     if (tid == 0) post[j] = ldexpf(F == 1 ? L.s : 1.0f, -s);
   }
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   // the tile's products: each band's four A fragments times every n-tile
   int plane[NT];
 #pragma unroll
-  for (int n = 0; n < NT; n++) plane[n] = 8 * n + g < 3 * nb ? 8 * n + g : -1;
+  for (int n = 0; n < NT; n++) plane[n] = 8 * n + g < P * nb ? 8 * n + g : -1;
   float acc[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   for (int i = lane; i < 16 * NB; i += 32) {
     const int r = warp * 16 + i / NB, j = i % NB;
     if (j >= nb) continue;
-    const float *sr = sums[warp][i / NB] + 3 * j;
-    cl.map_shared_rank(&recv[0][0], r % ks)[(slice * rrn + r / ks) * NB + j] = (sr[0] + sr[1] + sr[2]) * post[j];
+    cl.map_shared_rank(&recv[0][0], r % ks)[(slice * rrn + r / ks) * NB + j] =
+        rt_piece_sum<P>(sums[warp][i / NB] + P * j) * post[j];
   }
   __cluster_barrier_arrive(); // release: this block's stores; the wait acquires every slice's
   __cluster_barrier_wait();

@@ -104,7 +104,7 @@ __device__ __forceinline__ void rt_head_rowsums(const float (&acc)[4], int t, fl
 // largest |x| lies in [2^14, 2^15)), and post[j] = ls * 2^-s, the factor of
 // token j's row sums (ls: the FP8 tensor scale, 1 for BF16); after rt_wait,
 // all of the block's threads; ends with a barrier
-template <typename H>
+template <typename H, int P = 3>
 __device__ __forceinline__ void rt_head_pieces(const mv_task &T, float ls, int cols, H *pc, float *post, float *fsh) {
   const int ps = cols + 16;
   for (int j = 0; j < T.nb; j++) {
@@ -113,8 +113,8 @@ __device__ __forceinline__ void rt_head_pieces(const mv_task &T, float ls, int c
     for (int c = threadIdx.x; c < cols; c += 256) m = fmaxf(m, fabsf(x[c]));
     m = rt_block_reduce(m, 0, 8, fsh);
     const int s = m > 0.0f ? 14 - ilogbf(m) : 0;
-    H *q = pc + (size_t)3 * j * ps;
-    for (int c = threadIdx.x; c < cols; c += 256) rt_split3<H>(ldexpf(x[c], s), q[c], q[ps + c], q[2 * ps + c]);
+    H *q = pc + (size_t)P * j * ps;
+    for (int c = threadIdx.x; c < cols; c += 256) rt_split_p<H, P>(ldexpf(x[c], s), q + c, ps);
     if (threadIdx.x == 0) post[j] = ldexpf(ls, -s);
   }
   __syncthreads();
@@ -129,13 +129,13 @@ __device__ __forceinline__ void rt_head_pieces(const mv_task &T, float ls, int c
 // At NB == 1 the row sums come from the accumulators by one shuffle; above,
 // each warp stages its tile's 16 x 8 NT sums in shared memory and lane
 // (half, row) adds token (half + 2 i)'s three pieces.
-template <int F, int NB>
+template <int F, int NB, int P = 3>
 __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
   RT_TL_START();
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int U = F == 1 ? 4 : 2;  // bands of loads in flight: 8 x 16 bytes per lane, as k_mv's head
   constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
-  constexpr int NT = (3 * NB + 7) / 8; // n-tiles
+  constexpr int NT = (P * NB + 7) / 8; // n-tiles
   constexpr int PL = NB == 1 ? 1 : NB / 2; // (row, token) sums a lane forms per tile (NB > 1)
   extern __shared__ __align__(16) unsigned char rt_hsm[];
   __shared__ mv_task T;
@@ -157,11 +157,11 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   const size_t rowb = (size_t)cols * (F == 1 ? 1 : 2); // bytes a row
   rt_head_load<F, U, NL>(L.w, rowb, rows, tile, 0, nband, g, t, ra, rb);
   rt_wait();
-  rt_head_pieces<H>(T, F == 1 ? L.s : 1.0f, cols, pc, post, fsh);
-  // this lane's B column in each n-tile: the plane of piece c % 3 of token c / 3, or -1 past the tokens
+  rt_head_pieces<H, P>(T, F == 1 ? L.s : 1.0f, cols, pc, post, fsh);
+  // this lane's B column in each n-tile: the plane of piece c % P of token c / P, or -1 past the tokens
   int plane[NT];
 #pragma unroll
-  for (int n = 0; n < NT; n++) plane[n] = (8 * n + g) / 3 < nb ? 8 * n + g : -1;
+  for (int n = 0; n < NT; n++) plane[n] = (8 * n + g) / P < nb ? 8 * n + g : -1;
   unsigned long long mybest[PL];
 #pragma unroll
   for (int i = 0; i < PL; i++) mybest[i] = 0;
@@ -206,8 +206,7 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
       for (int i = 0; i < PL; i++) {
         const int j = (lane >> 4) + 2 * i; // this lane's token
         if (j < nb && r < rows) {
-          const float *sr = stage[warp][row] + 3 * j;
-          const float y = (sr[0] + sr[1] + sr[2]) * post[j];
+          const float y = rt_piece_sum<P>(stage[warp][row] + P * j) * post[j];
           const unsigned long long k = rt_argmax_key(y, (uint32_t)r);
           mybest[i] = k > mybest[i] ? k : mybest[i];
           if (T.logits) T.logits[j * T.ys + r] = y;

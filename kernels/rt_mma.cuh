@@ -41,6 +41,26 @@ template <typename H> __device__ __forceinline__ void rt_split3(float v, H &hi, 
   }
 }
 
+// v as P pieces of H at q[0], q[ps] (and q[2 ps]): P = 3, rt_split3 (all 24
+// bits); P = 2, f16 only: hi + lo, each a round to nearest, so v to 2^-23
+// of itself (float's own rounding is 2^-24): at 4 and 8 tokens the FP8
+// products' x then fills 8 and 16 MMA columns where three pieces took 12
+// and 24, one n-tile fewer (MMAs and shared-memory loads of x a band)
+template <typename H, int P> __device__ __forceinline__ void rt_split_p(float v, H *q, int ps) {
+  static_assert(P == 3 || (P == 2 && std::is_same<H, __half>::value), "two pieces only in f16");
+  if constexpr (P == 3) {
+    rt_split3<H>(v, q[0], q[ps], q[2 * ps]);
+  } else {
+    q[0] = __float2half_rn(v);
+    q[ps] = __float2half_rn(v - __half2float(q[0])); // (the difference is exact)
+  }
+}
+
+// a (row, token)'s P piece sums added, in piece order
+template <int P> __device__ __forceinline__ float rt_piece_sum(const float *sr) {
+  return P == 3 ? sr[0] + sr[1] + sr[2] : sr[0] + sr[1];
+}
+
 // four 8 x 8 matrices of 16-bit values from shared memory (lane l gives row
 // l % 8 of matrix l / 8), as the m16n8k16 A fragment a[0..3] when lanes 0-15
 // point at rows 0-15 of columns 0-7 and lanes 16-31 at columns 8-15; TR:

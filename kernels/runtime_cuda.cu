@@ -89,6 +89,7 @@ struct gpu_session {
   int dmma;               // plain dense products at 2..8 tokens on tensor cores (k_dmma; MTPQ_CUDA_DMMA=0: k_mv)
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
+  int pieces;             // FP8 MMA products at 4 and 8 tokens: x as 2 f16 pieces (MTPQ_CUDA_PIECES=3: three)
   int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
@@ -418,6 +419,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
   g->dmma = env_on("MTPQ_CUDA_DMMA");
   g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
+  g->pieces = env_int("MTPQ_CUDA_PIECES", 2) == 3 ? 3 : 2;
   g->hmt = env_int("MTPQ_CUDA_HEAD_MT", 0);
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->plain = 0;
@@ -826,8 +828,13 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 // the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
 static int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax <= 4 ? 4 : 8; }
 
-// k_head_mma's dynamic shared memory: NB tokens' three pieces of cols (+ 16 padding) halves
-static size_t head_mma_smem(int NB, int64_t cols) { return (size_t)3 * NB * (size_t)(cols + 16) * 2; }
+// the pieces x takes in an MMA product of format f (1 FP8, 0 BF16) at NB
+// token slots: two f16 pieces for FP8 at 4 and 8 (one n-tile fewer there;
+// rt_split_p), else three
+static int mma_pieces(const gpu_session *g, int f, int NB) { return f == 1 && NB >= 4 && g->pieces == 2 ? 2 : 3; }
+
+// k_head_mma's dynamic shared memory: NB tokens' P pieces of cols (+ 16 padding) halves
+static size_t head_mma_smem(int NB, int P, int64_t cols) { return (size_t)P * NB * (size_t)(cols + 16) * 2; }
 
 // A head kernel's blocks a launch: as many as its tiles take, at most one
 // wave at the occupancy of its shared memory smem. The attribute goes before
@@ -860,7 +867,7 @@ template <int F, int MT> static void head_dyn_run(gpu_session *g, const mv_launc
      (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
 }
 
-template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+template <int F, int NB, int P = 3> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   if constexpr (NB == 1) {
     if (g->hdyn) { // (FP8: two m-tiles, so that a warp has two batches a tile, as at BF16)
       (g->hmt ? g->hmt : F == 1 ? 2 : 1) == 1 ? head_dyn_run<F, 1>(g, m, smem) : head_dyn_run<F, 2>(g, m, smem);
@@ -869,19 +876,25 @@ template <int F, int NB> static void head_mma_run(gpu_session *g, const mv_launc
   }
   static head_state hs;
   const int64_t tiles = (m.rows + 15) / 16;
-  go(g, true, k_head_mma<F, NB>, dim3(head_blocks(g, hs, k_head_mma<F, NB>, smem, (tiles + 7) / 8)), dim3(256), smem,
+  go(g, true, k_head_mma<F, NB, P>, dim3(head_blocks(g, hs, k_head_mma<F, NB, P>, smem, (tiles + 7) / 8)), dim3(256), smem,
      (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
-  const size_t smem = head_mma_smem(NB, m.cols);
-  m.fmt == 1 ? head_mma_run<1, NB>(g, m, smem) : head_mma_run<0, NB>(g, m, smem);
+  const int P = mma_pieces(g, m.fmt, NB);
+  const size_t smem = head_mma_smem(NB, P, m.cols);
+  if (m.fmt != 1)
+    head_mma_run<0, NB>(g, m, smem);
+  else if constexpr (NB >= 4)
+    P == 2 ? head_mma_run<1, NB, 2>(g, m, smem) : head_mma_run<1, NB>(g, m, smem);
+  else
+    head_mma_run<1, NB>(g, m, smem);
 }
 
 static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
   if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
-      (NB > 1 && g->hmma == 1) || head_mma_smem(NB, m.cols) > RT_HEAD_SMEM)
+      (NB > 1 && g->hmma == 1) || head_mma_smem(NB, mma_pieces(g, m.fmt, NB), m.cols) > RT_HEAD_SMEM)
     return false;
   switch (NB) {
   case 1: head_mma_nb<1>(g, m); break;
@@ -903,9 +916,9 @@ static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
 // 18.9, down 6.4 -> 16.0) and 308.5 -> 336.6 at batch 8; their weights can
 // be requested only after the routing, and the pieces add two L2 round
 // trips and barriers before the first product
-template <int F, int NB> static void dmma_run(gpu_session *g, const mv_launch &m, int ks) {
+template <int F, int NB, int P = 3> static void dmma_run(gpu_session *g, const mv_launch &m, int ks) {
   const mv_flat fg = flat_grid(m, RT_DM_ROWS);
-  go_cl(g, true, (unsigned)ks, k_dmma<F, NB>, dim3((unsigned)ks, (unsigned)fg.off[m.ntask]), dim3(256), 0,
+  go_cl(g, true, (unsigned)ks, k_dmma<F, NB, P>, dim3((unsigned)ks, (unsigned)fg.off[m.ntask]), dim3(256), 0,
         (const dlin *)g->lins, (const mv_task *)m.dev, fg);
 }
 
@@ -918,8 +931,8 @@ static bool launch_dmma(gpu_session *g, const mv_launch &m) {
   const int k = (int)ks, f = m.fmt;
   switch (NB) {
   case 2: f ? dmma_run<1, 2>(g, m, k) : dmma_run<0, 2>(g, m, k); break;
-  case 4: f ? dmma_run<1, 4>(g, m, k) : dmma_run<0, 4>(g, m, k); break;
-  default: f ? dmma_run<1, 8>(g, m, k) : dmma_run<0, 8>(g, m, k); break;
+  case 4: !f ? dmma_run<0, 4>(g, m, k) : mma_pieces(g, f, 4) == 2 ? dmma_run<1, 4, 2>(g, m, k) : dmma_run<1, 4>(g, m, k); break;
+  default: !f ? dmma_run<0, 8>(g, m, k) : mma_pieces(g, f, 8) == 2 ? dmma_run<1, 8, 2>(g, m, k) : dmma_run<1, 8>(g, m, k); break;
   }
   return true;
 }
