@@ -27,9 +27,10 @@
 // RESULTS.md).
 //
 // Exactness as in rt_head.cuh: FP8 weights are exact in f16, BF16 ones are
-// bf16; x is three pieces of x * 2^s in that type (s per token and slice,
+// bf16; x is P pieces of x * 2^s in that type (s per token and slice,
 // putting the slice's largest |x| in [2^14, 2^15)), each product exact in
-// the f32 accumulator. The slice's sums are scaled back (ls * 2^-s, ls the
+// the f32 accumulator: three (all of x), or FP8 at 8 tokens two f16
+// ones (x to 2^-23 of itself, one n-tile fewer; rt_split_p). The slice's sums are scaled back (ls * 2^-s, ls the
 // FP8 tensor scale) before the slices are added; the order of the sums is
 // the tensor core's, hence the gpu tests' tolerance.
 #pragma once
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   rt_head_load<F, UH, NL>(w, rowb, L.rows, tl, UH, bhi, g, t, ra1, rb1);
   rt_wait();
   // the slice of x as pieces: each token's largest |x| over the slice, then
-  // three pieces of x * 2^s a column (zeros past the slice and the tokens)
+  // P pieces of x * 2^s a column (zeros past the slice and the tokens)
   const int nb = T.nb;
   float xv[NB][2], m[NB];
 #pragma unroll
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   }
   RT_TL_MID(2, acc[0][0] + acc[NT - 1][3]); // the warp's products done (its weights landed)
   // accumulator (row g or g + 8, column 2t or 2t + 1) of each n-tile to
-  // sums, then each (row, token): its three pieces, scaled back
+  // sums, then each (row, token): its P pieces, scaled back
 #pragma unroll
   for (int n = 0; n < NT; n++) {
     sums[warp][g][8 * n + 2 * t] = acc[n][0], sums[warp][g][8 * n + 2 * t + 1] = acc[n][1];

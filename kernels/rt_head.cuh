@@ -11,7 +11,9 @@
 // block's largest |x| in [2^14, 2^15), so nothing overflows in f16 and the
 // pieces keep x to 2^-24 of that largest |x|; three bf16 pieces hold all 24
 // bits), placed in the MMA's columns 3j, 3j + 1, 3j + 2 for token j; each product of a
-// weight and a piece is exact in the f32 accumulator. The sums' order is
+// weight and a piece is exact in the f32 accumulator. FP8 at 8 tokens
+// (P = 2, the host's choice): two f16 pieces hi + lo in columns 2j, 2j + 1,
+// x to 2^-23 of itself, one n-tile fewer (rt_split_p). The sums' order is
 // the tensor core's, not k_mv's, hence the gpu tests' tolerance and argmax
 // comparisons.
 //
@@ -99,8 +101,8 @@ __device__ __forceinline__ void rt_head_rowsums(const float (&acc)[4], int t, fl
   s0 = v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1), s8 = v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1);
 }
 
-// Each of the task's nb tokens' x as three pieces of x * 2^s in shared
-// memory (pc: 3 nb planes of cols + 16 halves; s per token, so that the
+// Each of the task's nb tokens' x as P pieces of x * 2^s in shared
+// memory (pc: P nb planes of cols + 16 halves; s per token, so that the
 // largest |x| lies in [2^14, 2^15)), and post[j] = ls * 2^-s, the factor of
 // token j's row sums (ls: the FP8 tensor scale, 1 for BF16); after rt_wait,
 // all of the block's threads; ends with a barrier
@@ -122,13 +124,13 @@ __device__ __forceinline__ void rt_head_pieces(const mv_task &T, float ls, int c
 
 // blockDim 256, one task (the head: T.best, optionally T.logits) of nb <=
 // NB tokens, F = 1 (FP8) or 0 (BF16), cols % 64 == 0; dynamic shared memory:
-// 3 NB x (cols + 16) halves (each token's three pieces, rows padded by 32
+// P NB x (cols + 16) halves (each token's P pieces, rows padded by 32
 // bytes against bank conflicts). The MMA's 8 columns per n-tile hold the
-// pieces of ceil(3 NB / 8) tiles: column c of the launch is piece c % 3 of
-// token c / 3; each weight fragment serves every n-tile (converted once).
+// pieces of ceil(P NB / 8) tiles: column c of the launch is piece c % P of
+// token c / P; each weight fragment serves every n-tile (converted once).
 // At NB == 1 the row sums come from the accumulators by one shuffle; above,
 // each warp stages its tile's 16 x 8 NT sums in shared memory and lane
-// (half, row) adds token (half + 2 i)'s three pieces.
+// (half, row) adds token (half + 2 i)'s P pieces.
 template <int F, int NB, int P = 3>
 __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
   RT_TL_START();

@@ -43,9 +43,9 @@ template <typename H> __device__ __forceinline__ void rt_split3(float v, H &hi, 
 
 // v as P pieces of H at q[0], q[ps] (and q[2 ps]): P = 3, rt_split3 (all 24
 // bits); P = 2, f16 only: hi + lo, each a round to nearest, so v to 2^-23
-// of itself (float's own rounding is 2^-24): at 4 and 8 tokens the FP8
-// products' x then fills 8 and 16 MMA columns where three pieces took 12
-// and 24, one n-tile fewer (MMAs and shared-memory loads of x a band)
+// of itself (float's own rounding is 2^-24): at 8 tokens the FP8
+// products' x then fills 16 MMA columns where three pieces took 24, one
+// n-tile fewer (MMAs and shared-memory loads of x a band)
 template <typename H, int P> __device__ __forceinline__ void rt_split_p(float v, H *q, int ps) {
   static_assert(P == 3 || (P == 2 && std::is_same<H, __half>::value), "two pieces only in f16");
   if constexpr (P == 3) {

@@ -89,7 +89,7 @@ struct gpu_session {
   int dmma;               // plain dense products at 2..8 tokens on tensor cores (k_dmma; MTPQ_CUDA_DMMA=0: k_mv)
   int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
   int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
-  int pieces;             // FP8 MMA products at 4 and 8 tokens: x as 2 f16 pieces (MTPQ_CUDA_PIECES=3: three)
+  int pieces;             // FP8 MMA products at 8 tokens: x as 2 f16 pieces (MTPQ_CUDA_PIECES=3: three)
   int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
@@ -829,9 +829,11 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 static int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax <= 4 ? 4 : 8; }
 
 // the pieces x takes in an MMA product of format f (1 FP8, 0 BF16) at NB
-// token slots: two f16 pieces for FP8 at 4 and 8 (one n-tile fewer there;
-// rt_split_p), else three
-static int mma_pieces(const gpu_session *g, int f, int NB) { return f == 1 && NB >= 4 && g->pieces == 2 ? 2 : 3; }
+// token slots: two f16 pieces for FP8 at 8 (16 MMA columns, not 24: one
+// n-tile fewer; rt_split_p), else three. H200, 4K batch 8: mtpq 265.1 ->
+// 243.4 / 243.6 us a step; at 4 (12 -> 8 columns) 177.7 -> 177.1, no
+// gain, so three stay there (tests/bench/RESULTS.md, twenty-ninth round)
+static int mma_pieces(const gpu_session *g, int f, int NB) { return f == 1 && NB == 8 && g->pieces == 2 ? 2 : 3; }
 
 // k_head_mma's dynamic shared memory: NB tokens' P pieces of cols (+ 16 padding) halves
 static size_t head_mma_smem(int NB, int P, int64_t cols) { return (size_t)P * NB * (size_t)(cols + 16) * 2; }
@@ -885,7 +887,7 @@ template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
   const size_t smem = head_mma_smem(NB, P, m.cols);
   if (m.fmt != 1)
     head_mma_run<0, NB>(g, m, smem);
-  else if constexpr (NB >= 4)
+  else if constexpr (NB == 8)
     P == 2 ? head_mma_run<1, NB, 2>(g, m, smem) : head_mma_run<1, NB>(g, m, smem);
   else
     head_mma_run<1, NB>(g, m, smem);
@@ -931,7 +933,7 @@ static bool launch_dmma(gpu_session *g, const mv_launch &m) {
   const int k = (int)ks, f = m.fmt;
   switch (NB) {
   case 2: f ? dmma_run<1, 2>(g, m, k) : dmma_run<0, 2>(g, m, k); break;
-  case 4: !f ? dmma_run<0, 4>(g, m, k) : mma_pieces(g, f, 4) == 2 ? dmma_run<1, 4, 2>(g, m, k) : dmma_run<1, 4>(g, m, k); break;
+  case 4: f ? dmma_run<1, 4>(g, m, k) : dmma_run<0, 4>(g, m, k); break;
   default: !f ? dmma_run<0, 8>(g, m, k) : mma_pieces(g, f, 8) == 2 ? dmma_run<1, 8, 2>(g, m, k) : dmma_run<1, 8>(g, m, k); break;
   }
   return true;

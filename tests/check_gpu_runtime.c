@@ -131,7 +131,7 @@ static const struct {
     {"MTPQ_CUDA_KV_EF", "1"},       /* the cached K/V copied with the evict-first hint at any length */
     {"MTPQ_CUDA_ATTN_MMA", "0"},    /* RING 2 at the 80B shape on FFMA (default: on tensor cores) */
     {"MTPQ_CUDA_DMMA", "0"},        /* the plain dense products at 2..8 tokens on k_mv's FFMA path (default: k_dmma) */
-    {"MTPQ_CUDA_PIECES", "3"},      /* FP8 MMA products at 4 and 8 tokens with x in three f16 pieces (default: two) */
+    {"MTPQ_CUDA_PIECES", "3"},      /* FP8 MMA products at 8 tokens with x in three f16 pieces (default: two) */
 };
 #define NKNOB (sizeof knobs / sizeof knobs[0])
 
@@ -312,7 +312,7 @@ START_TEST(test_random_shapes) {
        test's cache reaches); r4 also with its RING 2 on FFMA instead of tensor cores; r0
        and r10 (fc: 8 slices of 512 columns, k_dmma's largest cluster) also with the dense products
        at 2..8 tokens on FFMA instead of tensor cores; r0, r5 and r10 also with x in three pieces
-       in the FP8 MMA products at 4 and 8 tokens (the quantized drafters' head and dense products) */
+       in the FP8 MMA products at 8 tokens (the quantized drafters' head and dense products) */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) |
                        (k == 0 || k == 4 ? 8 | 16 | 32 | 64 : 0) | (k == 0 ? 128 : 0) | (k == 4 ? 256 : 0) |
                        (k == 0 || k == 10 ? 512 : 0) | (k == 0 || k == 5 || k == 10 ? 1024 : 0);

@@ -1,16 +1,18 @@
 # Dev check for k_head_mma (not a test): emulates k_head_mma's fragment assembly
 # (kernels/rt_head.cuh) against the PTX m16n8k16 layout (f16 A/B, f32 C) in float64 and compares
-# with W @ x for nb tokens in a launch of NB (column c of the n-tiles = piece c % 3 of token c / 3;
+# with W @ x for nb tokens in a launch of NB (column c of the n-tiles = piece c % P of token c / P;
 # NB == 1: the shuffle epilogue, above: the staged one); the x pieces (hi + mid + lo of x * 2^s,
-# s per token) are checked with it.
-# python3 emu_head_mma.py fp8|bf16 [NB nb]
+# s per token; P = 2, fp8 only: hi + lo) are checked with it.
+# python3 emu_head_mma.py fp8|bf16 [NB nb [P]]
 import sys
 import numpy as np, ml_dtypes
 rng = np.random.default_rng(1)
 fmt = sys.argv[1] if len(sys.argv) > 1 else 'fp8'   # fp8: f16 MMA; bf16: bf16 MMA
 NB = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 nb = int(sys.argv[3]) if len(sys.argv) > 3 else NB
-NT = (3 * NB + 7) // 8
+NP = int(sys.argv[4]) if len(sys.argv) > 4 else 3   # pieces a token (2: fp8 only)
+assert NP == 3 or (NP == 2 and fmt == 'fp8')
+NT = (NP * NB + 7) // 8
 rows, cols = 48, 256                     # 3 tiles, 4 bands
 if fmt == 'fp8':
     Wb = rng.integers(0, 256, size=(rows, cols), dtype=np.uint8)
@@ -27,7 +29,9 @@ for x in X:
     v = np.ldexp(x, s).astype(np.float32)
     hi = v.astype(P); r1 = (v - hi.astype(np.float32)).astype(np.float32)
     mid = r1.astype(P); lo = (r1 - mid.astype(np.float32)).astype(np.float32).astype(P)
-    planes += [hi, mid, lo]; shifts.append(s)
+    if NP == 2: lo = r1.astype(P); planes += [hi, lo]
+    else: planes += [hi, mid, lo]
+    shifts.append(s)
 Y = np.zeros((nb, rows))
 for tile in range(rows // 16):
     acc = {(lane, n): [0.0] * 4 for lane in range(32) for n in range(NT)}
@@ -39,7 +43,7 @@ for tile in range(rows // 16):
                 c = b * 64 + t * 16
                 ra = Wf[tile * 16 + g, c:c + 16]; rb = Wf[tile * 16 + g + 8, c:c + 16]
                 col = 8 * n + g   # the lane's B column: plane col if its token is in the launch
-                xs = planes[col][c:c + 16].astype(np.float64) if col // 3 < nb else np.zeros(16)
+                xs = planes[col][c:c + 16].astype(np.float64) if col // NP < nb else np.zeros(16)
                 for j in range(4):
                     regsA[(lane, j)] = [ra[4*j:4*j+2], rb[4*j:4*j+2], ra[4*j+2:4*j+4], rb[4*j+2:4*j+4]]
                     regsB[(lane, j)] = [xs[4*j:4*j+2], xs[4*j+2:4*j+4]]
@@ -78,14 +82,14 @@ for tile in range(rows // 16):
                 j = (lane >> 4) + 2 * i
                 if j < nb:
                     seen.add((row, j))
-                    Y[j, tile*16 + row] = (stage[row, 3*j] + stage[row, 3*j+1] + stage[row, 3*j+2]) * 2.0 ** -shifts[j]
+                    Y[j, tile*16 + row] = sum(stage[row, NP*j + k] for k in range(NP)) * 2.0 ** -shifts[j]
         assert len(seen) == 16 * nb, "a (row, token) sum missed"
 for j, x in enumerate(X):
     # the layout: against W times the token's pieces (what the MMA sums, exactly)
-    xp = sum(planes[3 * j + k].astype(np.float64) for k in range(3)) * 2.0 ** -shifts[j]
+    xp = sum(planes[NP * j + k].astype(np.float64) for k in range(NP)) * 2.0 ** -shifts[j]
     den = np.abs(Wf) @ np.abs(x.astype(np.float64))
     err = np.max(np.abs(Y[j] - Wf @ xp) / den)
-    # the pieces: x to 2^-24 of its largest |x| (what they keep by design)
+    # the pieces: x to 2^-24 of its largest |x| (three), to 2^-23 of each x (two)
     perr = np.max(np.abs(Wf @ xp - Wf @ x.astype(np.float64)) / den)
     print(fmt, f"NB {NB} token {j}/{nb}: layout error {err:.2g}, pieces vs x {perr:.2g} (relative to sum |w x|)")
     assert err < 1e-14, err
