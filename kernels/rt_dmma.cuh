@@ -29,10 +29,11 @@
 // Exactness as in rt_head.cuh: FP8 weights are exact in f16, BF16 ones are
 // bf16; x is P pieces of x * 2^s in that type (s per token and slice,
 // putting the slice's largest |x| in [2^14, 2^15)), each product exact in
-// the f32 accumulator: three (all of x), or FP8 at 8 tokens two f16
-// ones (x to 2^-23 of itself, one n-tile fewer; rt_split_p). The slice's sums are scaled back (ls * 2^-s, ls the
-// FP8 tensor scale) before the slices are added; the order of the sums is
-// the tensor core's, hence the gpu tests' tolerance.
+// the f32 accumulator: three (all of x), or FP8 at 8 tokens two f16 ones
+// (x to 2^-23 of itself, one n-tile fewer; rt_split_p). The slice's sums
+// are scaled back (ls * 2^-s, ls the FP8 tensor scale) before the slices
+// are added; the order of the sums is the tensor core's, hence the gpu
+// tests' tolerance.
 #pragma once
 #include <cooperative_groups.h>
 #include "kernels/rt_head.cuh"

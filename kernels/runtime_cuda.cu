@@ -878,8 +878,9 @@ template <int F, int NB, int P = 3> static void head_mma_run(gpu_session *g, con
   }
   static head_state hs;
   const int64_t tiles = (m.rows + 15) / 16;
-  go(g, true, k_head_mma<F, NB, P>, dim3(head_blocks(g, hs, k_head_mma<F, NB, P>, smem, (tiles + 7) / 8)), dim3(256), smem,
-     (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
+  const unsigned nblk = head_blocks(g, hs, k_head_mma<F, NB, P>, smem, (tiles + 7) / 8);
+  go(g, true, k_head_mma<F, NB, P>, dim3(nblk), dim3(256), smem, (const dlin *)g->lins, (const mv_task *)m.dev,
+     (const int *)g->sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
@@ -934,7 +935,12 @@ static bool launch_dmma(gpu_session *g, const mv_launch &m) {
   switch (NB) {
   case 2: f ? dmma_run<1, 2>(g, m, k) : dmma_run<0, 2>(g, m, k); break;
   case 4: f ? dmma_run<1, 4>(g, m, k) : dmma_run<0, 4>(g, m, k); break;
-  default: !f ? dmma_run<0, 8>(g, m, k) : mma_pieces(g, f, 8) == 2 ? dmma_run<1, 8, 2>(g, m, k) : dmma_run<1, 8>(g, m, k); break;
+  default:
+    if (!f)
+      dmma_run<0, 8>(g, m, k);
+    else
+      mma_pieces(g, f, 8) == 2 ? dmma_run<1, 8, 2>(g, m, k) : dmma_run<1, 8>(g, m, k);
+    break;
   }
   return true;
 }
