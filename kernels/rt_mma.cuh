@@ -1,8 +1,9 @@
 // Tensor-core building blocks shared by the head (kernels/rt_head.cuh; the
 // dense products at 2..8 tokens, kernels/rt_dmma.cuh, use them through it)
 // and the attention (kernels/rt_ops.cuh, k_attn's MMA path): the m16n8k16
-// MMA, the three-piece split that carries a float exactly in 16-bit halves,
-// and ldmatrix. Included by rt_head.cuh and rt_ops.cuh only.
+// MMA, the three-piece split that carries a float exactly in 16-bit halves
+// (and rt_split_p's two-piece f16 form, for FP8 products at 8 tokens), and
+// ldmatrix. Included by rt_head.cuh and rt_ops.cuh only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
