@@ -104,7 +104,8 @@ template <int NQ> __device__ __forceinline__ void rt_norm_w(const float *w, int 
 // tid holding v[q] = value tid + 256 q: the values were loaded all at once
 // (one memory latency, not one per element)
 template <int NQ>
-__device__ void rt_zcnorm_regs(const float (&v)[NQ], const float (&w1)[NQ], int n, float eps, float *y) {
+__device__ void rt_zcnorm_regs(const float (&v)[NQ], const float (&w1)[NQ], int n, float eps, float *y,
+                               __nv_bfloat16 *pb = nullptr) {
   float ss = 0;
 #pragma unroll
   for (int q = 0; q < NQ; q++) ss += v[q] * v[q];
@@ -112,7 +113,11 @@ __device__ void rt_zcnorm_regs(const float (&v)[NQ], const float (&w1)[NQ], int 
 #pragma unroll
   for (int q = 0; q < NQ; q++) {
     const int i = threadIdx.x + 256 * q;
-    if (i < n) y[i] = v[q] * r * w1[q];
+    if (i < n) {
+      const float o = v[q] * r * w1[q];
+      y[i] = o;
+      if (pb) rt_split3<__nv_bfloat16>(o, pb[i], pb[n + i], pb[2 * n + i]); // (pb: see k_final)
+    }
   }
 }
 
@@ -1013,11 +1018,13 @@ __global__ void k_swiglu(const float *g, const float *u, float *act, int n, int 
 
 // out = norm(m + w m2 + r2) (routed experts, shared expert weighted by
 // w[t * RT_KST] (sigmoid(shared_expert_gate); 1 when w is NULL), residual),
-// one block per token
+// one block per token; with pb, also each output as three BF16 pieces, the
+// cuBLASLt head's x (kernels/rt_lt.cuh: token t's at pb + 3 t n, piece p n
+// values after piece p - 1)
 template <int NX>
 __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
     k_final(const float *m, const float *m2, const float *r2, const float *w2, const float *w, int n, float eps,
-            float *out) {
+            float *out, __nv_bfloat16 *pb) {
   RT_TL_START();
   rt_trigger();
   constexpr int NQ = RT_NQX(NX);
@@ -1034,7 +1041,7 @@ __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
 #pragma unroll
   for (int q = 0; q < NQ; q++) v[q] = v[q] + sw * v2[q] + v3[q];
   RT_TL_MID(1, rt_tl_dep(v) + rt_tl_dep(w1)); // its inputs and norm weights landed
-  rt_zcnorm_regs(v, w1, n, eps, out + o);
+  rt_zcnorm_regs(v, w1, n, eps, out + o, pb ? pb + 3 * o : nullptr);
   RT_TL_END();
 }
 

@@ -43,6 +43,7 @@ extern "C" {
 #include "kernels/rt_ops.cuh"
 #include "kernels/rt_head.cuh"
 #include "kernels/rt_dmma.cuh"
+#include "kernels/rt_lt.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -52,6 +53,18 @@ extern "C" {
   } while (0)
 
 #define RT_MAXSTEPS 64
+
+// The stock drafter's BF16 head through cuBLASLt (kernels/rt_lt.cuh: why)
+// at LT_MIN_DEFAULT tokens a step and more, where cuBLASLt's kernels beat
+// k_head_mma in the step (H200, 4K: tests/bench/RESULTS.md, thirtieth
+// round). The FP8 and NVFP4 products have no cuBLASLt form that keeps x in
+// float32 (FP8 GEMMs take FP8 activations only). The BF16 dense products
+// before the head (stock's fc, q/k/v, o, shared expert; both drafters'
+// router) were faster through cuBLASLt in isolation at 8 tokens too
+// (lt_bench), but each would need its pieces before and a pass adding its
+// piece columns after, on the step's critical path: not done.
+#define LT_MIN_DEFAULT 5
+#define LT_WS ((size_t)32 << 20)
 
 // byte offsets in the staging block: token ids, sequences, positions (RT_NMAX
 // each), the draft step counter, then the hidden states (g->out)
@@ -74,6 +87,7 @@ struct mv_launch {
 struct plan {
   bool built = false;
   mv_launch fc, qkv, o, rs, gu, gus, down, downs, head, head_logits; // gus/downs: the shared expert
+  lt_head lt;                                                         // the head through cuBLASLt, where on
   cudaGraphExec_t step = nullptr, chain = nullptr;
 };
 
@@ -91,6 +105,11 @@ struct gpu_session {
   int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
   int pieces;             // FP8 MMA products at 8 tokens: x as 2 f16 pieces (MTPQ_CUDA_PIECES=3: three)
   int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
+  int lt_min;             // a BF16 head through cuBLASLt from this many tokens a step (MTPQ_CUDA_LT; 0: never)
+  cublasLtHandle_t lt = nullptr;
+  void *lt_ws = nullptr;               // its workspace (LT_WS bytes)
+  __nv_bfloat16 *lt_b = nullptr;       // x's pieces, cols x 3 RT_NMAX
+  float *lt_d = nullptr;               // the GEMM's output, head rows x 3 RT_NMAX
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
   bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
   int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
@@ -298,7 +317,9 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   for (plan &pl : g->plans) {
     if (pl.step) cudaGraphExecDestroy(pl.step);
     if (pl.chain) cudaGraphExecDestroy(pl.chain);
+    lt_head_destroy(pl.lt);
   }
+  if (g->lt) cublasLtDestroy(g->lt);
   for (void *a : g->allocs) cudaFree(a);
   if (g->h_rec) cudaFreeHost(g->h_rec);
   if (g->stage_h) cudaFreeHost(g->stage_h);
@@ -421,6 +442,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
   g->pieces = env_int("MTPQ_CUDA_PIECES", 2) == 3 ? 3 : 2;
   g->hmt = env_int("MTPQ_CUDA_HEAD_MT", 0);
+  g->lt_min = env_int("MTPQ_CUDA_LT", LT_MIN_DEFAULT);
   g->early = env_on("MTPQ_CUDA_EARLY");
   g->plain = 0;
   if (const char *pl = getenv("MTPQ_CUDA_PLAIN"))
@@ -614,6 +636,34 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   return MTPQ_OK;
 }
 
+// p.lt for n tokens where it applies: the handle and buffers on first use,
+// then lt_head_build. cuBLASLt declining the shape leaves the head on
+// k_head_mma (not an error); a failed allocation is one.
+static enum mtpq_status lt_plan(gpu_session *g, int n, plan &p, struct mtpq_err *err) {
+  const dlin &L = g->host_lins[L_HEAD];
+  if (!g->lt_min || n < g->lt_min || L.f != LIN_BF16 || !L.w || !g->hmma) return MTPQ_OK; // (HEAD_MMA=0: all on k_mv)
+  enum mtpq_status st = MTPQ_OK;
+  if (!g->lt && cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS) {
+    g->lt = nullptr, g->lt_min = 0; // no cuBLASLt: the head stays on k_head_mma
+    return MTPQ_OK;
+  }
+  if (!g->lt_ws) st = dalloc(g, &g->lt_ws, LT_WS, err);
+  if (!st && !g->lt_b) st = dzalloc(g, &g->lt_b, (size_t)(L.cols * 3 * RT_NMAX) * 2, err);
+  if (!st && !g->lt_d) st = dalloc(g, &g->lt_d, (size_t)(L.rows * 3 * RT_NMAX) * 4, err);
+  if (!st) lt_head_build(g->lt, p.lt, L.w, L.rows, L.cols, n, g->lt_b, g->lt_d, g->lt_ws, LT_WS, g->st);
+  if (!st) CK(cudaStreamSynchronize(g->st));
+  return st;
+}
+
+// the head of a chain step through cuBLASLt: the GEMM of x's pieces (from
+// k_final), the argmax into g->best (as k_head_mma leaves it)
+static void lt_run(gpu_session *g, int n) {
+  const dlin &L = g->host_lins[L_HEAD];
+  lt_head_matmul(g->lt, g->plans[n].lt, g->plans[n].lt.algo, L.w, g->lt_b, g->lt_d, g->lt_ws, LT_WS, g->on);
+  go(g, true, k_lt_argmax, dim3((unsigned)((L.rows + 256 * RT_LT_ROWS - 1) / (256 * RT_LT_ROWS)), n), dim3(256), 0,
+     (const float *)g->lt_d, L.rows, g->best);
+}
+
 static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
   plan &p = g->plans[n];
   const struct mtpq_drafter *d = g->d;
@@ -670,6 +720,7 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   if (!st) st = put_tasks(g, {hd}, &p.head, err);
   hd.logits = g->logits;
   if (!st) st = put_tasks(g, {hd}, &p.head_logits, err);
+  if (!st) st = lt_plan(g, n, p, err);
   p.built = !st;
   return st;
 }
@@ -1008,8 +1059,9 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
 // the kernels of one step for n tokens (inputs in g->tok/pos/seqa, hidden in
 // g->out). k_prep starts a step without programmatic dependence: the kernels
 // after it read positions and cached rows before they wait, which is safe
-// only once the previous step has finished.
-static void enqueue_step(gpu_session *g, int n) {
+// only once the previous step has finished. chain: a head follows (where it
+// goes through cuBLASLt, k_final also writes its x pieces)
+static void enqueue_step(gpu_session *g, int n, bool chain) {
   const struct mtpq_drafter *d = g->d;
   const plan &p = g->plans[n];
   const int H = (int)d->H, Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
@@ -1096,13 +1148,15 @@ static void enqueue_step(gpu_session *g, int n) {
   }
   if (side) cudaStreamWaitEvent(g->st, g->join, 0);
   go(g, !side, nx ? k_final<2048> : k_final<0>, dim3(n), dim3(256), 0, g->m, (const float *)g->m2, (const float *)g->y,
-     (const float *)(d->moe ? g->wsel + g->K : nullptr), (const float *)g->nrm[6], H, d->eps, g->out);
+     (const float *)(d->moe ? g->wsel + g->K : nullptr), (const float *)g->nrm[6], H, d->eps, g->out,
+     chain && p.lt.on ? g->lt_b : nullptr);
   mark(g, "final norm");
 }
 
 static void enqueue_chain_step(gpu_session *g, int n) {
-  enqueue_step(g, n);
-  launch_mv(g, g->plans[n].head);
+  enqueue_step(g, n, true);
+  if (g->plans[n].lt.on) lt_run(g, n);
+  else launch_mv(g, g->plans[n].head);
   mark(g, "head+argmax");
   go(g, true, k_next, dim3(1), dim3(32), 0, (const unsigned long long *)g->best, (const int64_t *)g->ids, g->tok,
      g->pos, g->rec, g->stepc, n);
@@ -1120,7 +1174,7 @@ static enum mtpq_status ensure(gpu_session *g, int n, bool chain, struct mtpq_er
   cudaGraph_t gr;
   CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
   if (chain) enqueue_chain_step(g, n);
-  else enqueue_step(g, n);
+  else enqueue_step(g, n, false);
   CK(cudaStreamEndCapture(g->st, &gr));
   cudaError_t e = cudaGraphInstantiate(&ex, gr, 0);
   cudaGraphDestroy(gr);
@@ -1132,7 +1186,7 @@ static enum mtpq_status run(gpu_session *g, int n, bool chain, struct mtpq_err *
   cudaGraphExec_t ex = chain ? g->plans[n].chain : g->plans[n].step;
   if (g->graphs) CK(cudaGraphLaunch(ex, g->st));
   else if (chain) enqueue_chain_step(g, n);
-  else enqueue_step(g, n);
+  else enqueue_step(g, n, false);
   CK(cudaGetLastError());
   return MTPQ_OK;
 }

@@ -11,7 +11,9 @@
  * tokens), then of one of them alone (the head at one token; the large
  * heads also with MTPQ_CUDA_HEAD_MMA=0, one also with
  * MTPQ_CUDA_HEAD_DYN=0), giving the CPU's tokens, and the head's logits for
- * three hidden states; one of them once more at contexts over 8K.
+ * three hidden states; one of them once more at contexts over 8K. The
+ * stock (BF16) heads at 5..8 tokens go through cuBLASLt by default, so the
+ * batched drafts of 5 sequences check that path against the CPU too.
  * MTPQ_GPU_SHAPES=0,4,7 (say) runs only those random shapes and leaves out
  * the 8K case ("long" names it): a short check of one kernel on the GPU
  * machine, whose calls are limited to 10 minutes.
@@ -132,6 +134,8 @@ static const struct {
     {"MTPQ_CUDA_ATTN_MMA", "0"},    /* RING 2 at the 80B shape on FFMA (default: on tensor cores) */
     {"MTPQ_CUDA_DMMA", "0"},        /* the plain dense products at 2..8 tokens on k_mv's FFMA path (default: k_dmma) */
     {"MTPQ_CUDA_PIECES", "3"},      /* FP8 MMA products at 8 tokens with x in three f16 pieces (default: two) */
+    {"MTPQ_CUDA_LT", "0"},          /* the BF16 heads on k_head_mma at every token count (default: cuBLASLt from 5) */
+    {"MTPQ_CUDA_LT", "1"},          /* the BF16 heads through cuBLASLt at every token count, one included */
 };
 #define NKNOB (sizeof knobs / sizeof knobs[0])
 
@@ -217,6 +221,7 @@ static void compare_random(const char *target, const char *drafter, int64_t ctx0
   free(lc), free(lg);
   printf("%s (", drafter ? drafter : target);
   for (size_t k = 0; k < NKNOB; k++) {
+    if (k && !strcmp(knobs[k].var, knobs[k - 1].var)) continue; /* (two values of one switch: printed once) */
     const char *v = getenv(knobs[k].var);
     printf("%s%s=%s", k ? ", " : "", knobs[k].var, v ? v : "default");
   }
@@ -312,10 +317,13 @@ START_TEST(test_random_shapes) {
        test's cache reaches); r4 also with its RING 2 on FFMA instead of tensor cores; r0
        and r10 (fc: 8 slices of 512 columns, k_dmma's largest cluster) also with the dense products
        at 2..8 tokens on FFMA instead of tensor cores; r0, r5 and r10 also with x in three pieces
-       in the FP8 MMA products at 8 tokens (the quantized drafters' head and dense products) */
+       in the FP8 MMA products at 8 tokens (the quantized drafters' head and dense products); r0, r5
+       and r10 also with the stock BF16 heads on k_head_mma at 5..8 tokens (by default there through
+       cuBLASLt), r0, r3 (hidden 200) and r5 with them through cuBLASLt at every token count */
     const int others = (k >= 5 ? 1 | (k == 5 ? 2 : 0) : 0) | (k == 4 || k == 10 ? 4 : 0) |
                        (k == 0 || k == 4 ? 8 | 16 | 32 | 64 : 0) | (k == 0 ? 128 : 0) | (k == 4 ? 256 : 0) |
-                       (k == 0 || k == 10 ? 512 : 0) | (k == 0 || k == 5 || k == 10 ? 1024 : 0);
+                       (k == 0 || k == 10 ? 512 : 0) | (k == 0 || k == 5 || k == 10 ? 1024 | 2048 : 0) |
+                       (k == 0 || k == 3 || k == 5 ? 4096 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
