@@ -22,11 +22,13 @@
 // same chain of kernels (tests/bench/chain_floor.cu; RESULTS.md, fourteenth
 // round).
 //
-// cuBLASLt is not used: at 1..8 tokens a step is a set of matrix-vector
-// products over weights read once, where a GEMM library's tiles (N >= 16 or
-// 32) waste most of their work and its FP8 path would round the float32
-// activations to FP8 (the numerics contract keeps them float32); it has no
-// NVFP4-weight x float-activation product on Hopper at all.
+// cuBLASLt takes one product: the stock drafter's BF16 head at 5..8 tokens
+// (kernels/rt_lt.cuh), where it beat k_head_mma in the step. Its FP8 path
+// would round the float32 activations to FP8 (the numerics contract keeps
+// them float32) and it has no NVFP4-weight product on Hopper, so mtpq's
+// drafter stays on the kernels here; for the shorter BF16 products see
+// LT_MIN_DEFAULT. Measured, kernel against kernel, by tests/bench/lt_bench.cu
+// (RESULTS.md, thirtieth round).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
