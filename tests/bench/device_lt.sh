@@ -6,11 +6,13 @@
 # the runtime's kernels one by one under ncu at 4K (stock and mtpq, batch 1
 # and 8: dev_ncu); last, lt_bench's best algorithms under ncu (LT_MARK=1),
 # so that both sides are kernels' own durations. Writes $OUT/lt.txt,
-# $OUT/lt-ncu.txt and the dev_ncu summaries. Carry [".device-debs",
-# "dv.safetensors"].
+# $OUT/lt-ncu.txt and $OUT/ncu-summaries.txt (the device transfer brings
+# back a few files only: the logs go into $OUT/lt.tgz). Carry
+# [".device-debs", "dv.safetensors"].
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+FIN=${OUT:-/tmp/out}
+OUT=/tmp/lt-out
+rm -rf "$OUT" && mkdir -p "$OUT" "$FIN"
 MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh || exit 1
 unset MTPQ_DEVICE_ENV_ONLY
 set +e
@@ -59,3 +61,6 @@ for row in sorted({k // 2 for k in acc}):
     lu, su = sum(u for _, u in lt) / 2, sum(u for _, u in st) / 2
     print(f'{row:4d} {lu:7.1f} {su:9.1f} {lu / su:6.2f}  {"+".join(sorted({n for n, _ in lt}))}; {names.get(row, "")[:70]}')
 PY
+for f in "$OUT"/ncu-*-summary.txt; do echo "== $(basename "$f")"; cat "$f"; done > "$OUT/ncu-summaries.txt"
+cp "$OUT/lt.txt" "$OUT/lt-ncu.txt" "$OUT/ncu-summaries.txt" "$FIN"/ 2>/dev/null
+tar -C "$OUT" -czf "$FIN/lt.tgz" .
