@@ -243,11 +243,16 @@ with tempfile.TemporaryDirectory() as tmp:
         kout = os.path.join(tmp, "killed")
         proc = subprocess.Popen([MTPQ, "quantize", big, "--vocab", ids, "--out", kout, "-j", "1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        # Signal only once the temporary directory exists, so the kill lands
-        # mid-write on any machine speed (a fixed sleep raced on loaded CI).
+        # Signal only once this run's own temporary directory exists (named
+        # by its pid), so the kill lands mid-write on any machine speed (a
+        # fixed sleep raced on loaded CI), and after the run has removed the
+        # SIGKILL run's stale one: any ".killed.mtpq-tmp" matched that stale
+        # directory at once, and a SIGTERM that then landed before the
+        # clean-up left it behind (seen once in a fresh clone's .ci/run).
+        own = f".killed.mtpq-tmp.{proc.pid}"
         deadline = time.time() + 30
         while time.time() < deadline and proc.poll() is None:
-            if any(f.startswith(".killed.mtpq-tmp") for f in os.listdir(tmp)):
+            if own in os.listdir(tmp):
                 break
             time.sleep(0.005)
         time.sleep(0.05)
