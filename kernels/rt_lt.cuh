@@ -15,16 +15,17 @@
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
-#include "kernels/rt_mma.cuh"
+#include "kernels/rt_ops.cuh"
 
 // Token j's largest logit as rt_argmax_key's 64-bit key (ties to the lower
-// row), into best[j] by one atomicMax a block: the logit of row r is d[r +
-// rows (3j + p)] added over the pieces p in order. grid (blocks, n),
-// blockDim 256, RT_LT_ROWS rows a thread
+// row), into best[j] by one atomicMax a block (rt_block_best, as the head
+// kernels publish theirs): the logit of row r is d[r + rows (3j + p)] added
+// over the pieces p in order. grid (blocks, n), blockDim 256, RT_LT_ROWS
+// rows a thread
 #define RT_LT_ROWS 4
 __global__ void __launch_bounds__(256) k_lt_argmax(const float *d, int64_t rows, unsigned long long *best) {
   RT_TL_START();
-  __shared__ unsigned long long wb[8];
+  __shared__ unsigned long long wb[8][1];
   rt_trigger();
   rt_wait();
   const int j = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -45,16 +46,10 @@ __global__ void __launch_bounds__(256) k_lt_argmax(const float *d, int64_t rows,
     const unsigned long long v = rt_argmax_key(rt_piece_sum<3>(s[i]), (uint32_t)r);
     k = v > k ? v : k;
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const unsigned long long v = __shfl_xor_sync(0xFFFFFFFFu, k, o);
-    k = v > k ? v : k;
-  }
-  if (lane == 0) wb[warp] = k;
+  k = rt_warp_max_key(k);
+  if (lane == 0) wb[warp][0] = k;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < 8; w++) k = wb[w] > k ? wb[w] : k;
-    if (k) atomicMax(best + j, k);
-  }
+  rt_block_best(wb, 1, best + j);
   RT_TL_END();
 }
 
