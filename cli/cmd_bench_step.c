@@ -23,6 +23,8 @@ const struct cli_opt bench_step_opts[] = {
     {"mal", 0, OPT_REAL, 0, "X", "mean acceptance length for the estimate (from bench-acceptance)"},
     {"k", 'k', OPT_UINT, 0, "N", "draft steps per timed call and per round of the estimate (default 3)"},
     {"profile", 0, OPT_FLAG, 0, NULL, "CUDA: also print each kernel's time in one step (launched one by one)"},
+    {"warm-l2", 0, OPT_FLAG, 0, NULL, "CUDA: start each timed call with what the call before left in L2 (default: "
+                                      "flush L2 first, as the target's verify step between two calls does)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -55,8 +57,8 @@ int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be) {
  * device time per step (the call's steps alone, without staging its inputs,
  * copying the drafts back and the host's wait; -1 otherwise). */
 static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, int64_t ctx, int batch, int k,
-                                  int iters, const char *label, int profile, double *median, double *dev_median,
-                                  struct mtpq_err *err) {
+                                  int iters, const char *label, int profile, int warm, double *median,
+                                  double *dev_median, struct mtpq_err *err) {
   int64_t H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
   enum { CHUNK = 256 };
   struct mtpq_session *s = NULL;
@@ -88,6 +90,7 @@ static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, 
   int64_t p[MTPQ_MAX_SEQS];
   for (int q = 0; q < batch; q++) tok[q] = (int32_t)q, p[q] = ctx;
   for (int i = -5; i < iters && !st; i++) { /* 5 untimed warm-up calls */
+    if (!warm && (st = mtpq_session_flush_l2(s, err)) != MTPQ_OK) break;
     double t0 = cli_now_s();
     st = mtpq_session_draft(s, batch, tok, h, p, k, drafted, err);
     if (i >= 0) t[i] = (cli_now_s() - t0) / k, dv[i] = mtpq_session_draft_device_us(s) * 1e-6 / k;
@@ -158,8 +161,10 @@ int cmd_bench_step(int argc, char **argv) {
   }
   int nr = 1 + a.set[idr];
   printf("bench-step: %s backend%s%s, median of %d calls of %d draft steps (drafter forward + head argmax, fed back), "
-         "HBM read %.0f GB/s (%s)\n", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", be == MTPQ_BACKEND_CUDA ? " on " : "",
-         be == MTPQ_BACKEND_CUDA ? mtpq_gpu_name() : "", iters, k, hbm, hsrc);
+         "HBM read %.0f GB/s (%s)%s\n", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", be == MTPQ_BACKEND_CUDA ? " on " : "",
+         be == MTPQ_BACKEND_CUDA ? mtpq_gpu_name() : "", iters, k, hbm, hsrc,
+         be != MTPQ_BACKEND_CUDA ? "" : cli_has(bench_step_opts, &a, "warm-l2") ? ", L2 as the call before left it"
+                                                                            : ", L2 flushed before each call");
   printf("%-30s %7s %5s %9s %9s %8s %6s %9s %7s %8s %10s %9s %7s\n", "drafter", "context", "batch", "us/step",
          "MB read", "GB/s", "% HBM", "floor us", "x floor", "speedup", "drafts/s", "dev us", "dev x");
   fflush(stdout);
@@ -176,7 +181,7 @@ int cmd_bench_step(int argc, char **argv) {
         if (!st) { /* the k timed steps attend over ctx+1 .. ctx+k positions: their mean */
           by = mtpq_drafter_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 2, bats[b]);
           st = time_step(dr, be, ctxs[c], bats[b], k, iters, d ? name : "stock", cli_has(bench_step_opts, &a, "profile"),
-                         &sv, &dsv, &err);
+                         cli_has(bench_step_opts, &a, "warm-l2"), &sv, &dsv, &err);
         }
         mtpq_drafter_close(dr);
         if (st) return cli_fail(st, &err);

@@ -41,6 +41,10 @@ double mtpq__cuda_draft_device_us(void *g) {
   (void)g;
   return -1;
 }
+enum mtpq_status mtpq__cuda_flush_l2(void *g, struct mtpq_err *err) {
+  (void)g;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
 void mtpq__cuda_select(void *g, int seq) { (void)g, (void)seq; }
 int mtpq__cuda_profile(void *g, int n, const char **names, double *us, int max, struct mtpq_err *err) {
   (void)g, (void)n, (void)names, (void)us, (void)max;

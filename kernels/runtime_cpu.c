@@ -404,6 +404,10 @@ int mtpq_session_profile(struct mtpq_session *s, int n, const char **names, doub
   return s->gpu ? mtpq__cuda_profile(s->gpu, n, names, us, max, err) : 0;
 }
 
+enum mtpq_status mtpq_session_flush_l2(struct mtpq_session *s, struct mtpq_err *err) {
+  return s->gpu ? mtpq__cuda_flush_l2(s->gpu, err) : MTPQ_OK;
+}
+
 double mtpq_session_draft_device_us(const struct mtpq_session *s) {
   return s->gpu ? mtpq__cuda_draft_device_us(s->gpu) : -1;
 }

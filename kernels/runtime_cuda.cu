@@ -160,6 +160,8 @@ struct gpu_session {
   uint8_t *stage_d = nullptr, *stage_h = nullptr;
   cudaEvent_t t0 = nullptr, t1 = nullptr; // around a draft call's steps (mtpq__cuda_draft_device_us)
   double draft_us = -1;
+  int l2 = 0;                      // the device's L2 bytes
+  uint4 *flush_buf = nullptr;      // mtpq__cuda_flush_l2's buffer (4 x L2), allocated at its first call
   plan plans[RT_NMAX + 1];
   // profiling (mtpq__cuda_profile): an event after every kernel of a step
   bool prof = false;
@@ -325,6 +327,7 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   for (void *a : g->allocs) cudaFree(a);
   if (g->h_rec) cudaFreeHost(g->h_rec);
   if (g->stage_h) cudaFreeHost(g->stage_h);
+  if (g->flush_buf) cudaFree(g->flush_buf);
   if (g->t0) cudaEventDestroy(g->t0);
   if (g->t1) cudaEventDestroy(g->t1);
   if (g->st) cudaStreamDestroy(g->st);
@@ -474,6 +477,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   const int64_t kv_per = 2 * d->Nkv * d->D * 2; // a position's BF16 K and V rows
   const int ef = env_int("MTPQ_CUDA_KV_EF", -1);
   g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / kv_per;
+  g->l2 = l2;
   enum mtpq_status st = MTPQ_OK;
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
       cudaStreamCreateWithFlags(&g->st2, cudaStreamNonBlocking) != cudaSuccess ||
@@ -1319,6 +1323,38 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
 #ifdef MTPQ_TIMELINE
   tl_write();
 #endif
+  return MTPQ_OK;
+}
+
+// Ordinary loads over a buffer four times the L2's size: what the draft
+// calls before left in L2 is gone, as after the target's verify step
+// between two calls in a real decode (a sink store that never happens keeps
+// the loads)
+static __global__ void k_l2_flush(const uint4 *p, size_t n, unsigned *sink) {
+  unsigned acc = 0;
+  for (size_t i = threadIdx.x + (size_t)blockIdx.x * blockDim.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+extern "C" enum mtpq_status mtpq__cuda_flush_l2(void *p, struct mtpq_err *err) {
+  gpu_session *g = static_cast<gpu_session *>(p);
+  const size_t bytes = (size_t)(g->l2 > 0 ? g->l2 : 64 << 20) * 4;
+  if (!g->flush_buf) {
+    void *b = nullptr;
+    if (cudaMalloc(&b, bytes + 64) != cudaSuccess || cudaMemset(b, 0, bytes + 64) != cudaSuccess) {
+      cudaGetLastError();
+      if (b) cudaFree(b);
+      return mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate %zu MB to flush the L2", bytes >> 20);
+    }
+    g->flush_buf = static_cast<uint4 *>(b);
+  }
+  k_l2_flush<<<g->sms * 4, 256, 0, g->st>>>(g->flush_buf, bytes / 16,
+                                            reinterpret_cast<unsigned *>(g->flush_buf + bytes / 16));
+  const cudaError_t e = cudaStreamSynchronize(g->st);
+  if (e != cudaSuccess) return mtpq_err_set(err, MTPQ_E_GPU, "L2 flush: %s", cudaGetErrorString(e));
   return MTPQ_OK;
 }
 

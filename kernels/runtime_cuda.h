@@ -19,6 +19,8 @@ enum mtpq_status mtpq__cuda_draft(void *g, int n, const int32_t *tokens, const f
 /* the last draft call's device time, its first step's start to its last
  * step's end, in microseconds (-1: none yet) */
 double mtpq__cuda_draft_device_us(void *g);
+/* replace what is in L2 (bench-step: before each timed call) */
+enum mtpq_status mtpq__cuda_flush_l2(void *g, struct mtpq_err *err);
 void mtpq__cuda_session_close(void *g);
 enum mtpq_status mtpq__cuda_step(void *g, int n, const int32_t *tokens, const void *hidden, int hidden_bf16,
                                  const int64_t *positions, float *out_hidden, struct mtpq_err *err);

@@ -46,7 +46,7 @@ dev_row() {
   local b=$1 label=$2
   shift 2
   env "$@" timeout 90 "$b"/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context "${CTX:-4096}" \
-    --iters "${ITERS:-40}" ${BATCH:+--batch $BATCH} ${K:+-k $K} ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
+    --iters "${ITERS:-40}" ${BATCH:+--batch $BATCH} ${K:+-k $K} ${WARM:+--warm-l2} ${ROW_PROFILE:+--profile} > "$OUT/row-$label.txt" 2>&1
   printf '%-22s %s\n' "$label" "$(grep -E '^(stock|/tmp/q80)' "$OUT/row-$label.txt" | awk '{printf "%s=%s us (dev %s)  ", $1, $(NF-9), $(NF-1)}')"
 }
 
@@ -59,7 +59,8 @@ variant_env() {
   l=$(echo "$1" | tr ',' '\n')
   vctx=$(echo "$l" | sed -n 's/^CTX=//p')
   vbatch=$(echo "$l" | sed -n 's/^BATCH=//p')
-  venv=$(echo "$l" | grep -v -e '^CTX=' -e '^BATCH=' | tr '\n' ' ')
+  vwarm=$(echo "$l" | sed -n 's/^WARM=//p')
+  venv=$(echo "$l" | grep -v -e '^CTX=' -e '^BATCH=' -e '^WARM=' | tr '\n' ' ')
 }
 
 # BUILD LABEL: one draft call (3 steps) of the mtpq row at 4K, batch 1 (or

@@ -68,7 +68,7 @@ for name in "${names[@]}"; do
 done
 for v in ${MTPQ_ROW_VARIANTS:-}; do
   variant_env "${v#*:}"
-  CTX=$vctx BATCH=$vbatch dev_row ./build-gpu "${v%%:*}" $venv
+  CTX=$vctx BATCH=$vbatch WARM=$vwarm dev_row ./build-gpu "${v%%:*}" $venv
 done
 dev_row ./build-gpu tree-again
 if [ -x build-tl/mtpq ]; then

@@ -4,7 +4,8 @@ equal a count made here from the safetensors headers and config.json (every
 mtp.* linear except norms and experts and the head once; per sequence top-k
 experts, one embedding row, BF16 K/V of the mean attended context
 ctx + (k+1)//2); rows for every context and batch; the estimate line
-follows its formula; bad options refused.
+follows its formula; --warm-l2 accepted (the CPU has no L2 to flush);
+bad options refused.
 Usage: test_bench_step.py MTPQ TESTDATA
 """
 import json
@@ -82,6 +83,12 @@ for l, r in zip(est, rows):
     tps = float(l.split("est. decode")[1].split()[0])
     want = 2.5 * 1e3 / (20 + K * float(r[5]) / 1e3)
     check(abs(tps - want) < 0.1 + 1e-3 * want, f"estimate {tps} != {want:.1f}")
+# the CPU backend has no L2 to flush: its header says nothing of it, and --warm-l2 changes nothing it prints
+check("L2" not in p.stdout.splitlines()[0], f"CPU header mentions L2: {p.stdout.splitlines()[0]}")
+p = subprocess.run([MTPQ, "bench-step", "--target", M, "--backend", "cpu", "--iters", "2", "--context", "16",
+                    "--warm-l2"], capture_output=True, text=True)
+check(p.returncode == 0 and len([l for l in p.stdout.splitlines() if l.startswith("stock")]) == 1,
+      f"--warm-l2 on the CPU: rc {p.returncode} {p.stdout} {p.stderr}")
 for bad, rc in ((["--backend", "tpu"], 2), (["--target-step-ms", "5"], 2), (["--iters", "0"], 2),
                 (["--batch", "9"], 2), (["-k", "0"], 2)):
     p = subprocess.run([MTPQ, "bench-step", "--target", M, *bad], capture_output=True, text=True)
