@@ -24,7 +24,7 @@ dev_fixture ./build-gpu
 dev_row ./build-gpu tree
 for v in ${MTPQ_ROW_VARIANTS:-}; do # LABEL:VAR=VALUE[,VAR=VALUE...] (CTX=N, BATCH=N: device_lib.sh's variant_env)
   variant_env "${v#*:}"
-  CTX=$vctx BATCH=$vbatch dev_row ./build-gpu "${v%%:*}" $venv
+  CTX=$vctx BATCH=$vbatch WARM=$vwarm dev_row ./build-gpu "${v%%:*}" $venv
 done
 dev_row ./build-gpu tree-again
 timeout 420 ./build-gpu/mtpq bench-step --backend cuda --target $T --drafter /tmp/q80 --context 4096 \

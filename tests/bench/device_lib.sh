@@ -52,7 +52,8 @@ dev_row() {
 
 # A row variant's VAR=VALUE[,VAR=VALUE...] (device_round.sh's and
 # device_final.sh's MTPQ_ROW_VARIANTS entries): its CTX=N (the context;
-# empty: 4K) in vctx, its BATCH=N (tokens a step; empty: 1) in vbatch, the
+# empty: 4K) in vctx, its BATCH=N (tokens a step; empty: 1) in vbatch, WARM=1
+# (bench-step --warm-l2) in vwarm, the
 # variables in venv (space-separated)
 variant_env() {
   local l

@@ -5,7 +5,8 @@
 # (build-tl), all at once. Then: 4K batch-1 rows (dev_row: the tree, each alt
 # tree (and at each context of MTPQ_ROUND_ALT_CTX), each MTPQ_ROW_VARIANTS
 # entry LABEL:VAR=VALUE[,VAR=VALUE...] on the tree (CTX=N: at context N;
-# BATCH=N: N tokens a step), the tree again); the per-block timeline of each
+# BATCH=N: N tokens a step; WARM=1: bench-step --warm-l2), the tree again);
+# the per-block timeline of each
 # drafter's last call (tests/bench/timeline.py, the middle of its 3 steps),
 # by default and with each MTPQ_ROUND_TL_VARIANTS entry (as the rows', where
 # CTX=N sets the context, default 4096, and BATCH=N the tokens); with
