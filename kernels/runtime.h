@@ -105,9 +105,9 @@ int mtpq_session_profile(struct mtpq_session *s, int n, const char **names, doub
 double mtpq_session_draft_device_us(const struct mtpq_session *s);
 
 /* CUDA backend: replace what the device's L2 holds (reads a buffer four
- * times its size), as the target's
- * verify step between two draft calls would, and wait for it; nothing on
- * the CPU backend. bench-step runs it before each timed call. */
+ * times its size), as the target's verify step between two draft calls
+ * would, and wait for it; nothing on the CPU backend. bench-step runs it
+ * before each timed call. */
 enum mtpq_status mtpq_session_flush_l2(struct mtpq_session *s, struct mtpq_err *err);
 
 /* Hidden size of the session's drafter. */

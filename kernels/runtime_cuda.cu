@@ -160,8 +160,8 @@ struct gpu_session {
   uint8_t *stage_d = nullptr, *stage_h = nullptr;
   cudaEvent_t t0 = nullptr, t1 = nullptr; // around a draft call's steps (mtpq__cuda_draft_device_us)
   double draft_us = -1;
-  int l2 = 0;                      // the device's L2 bytes
-  uint4 *flush_buf = nullptr;      // mtpq__cuda_flush_l2's buffer (4 x L2), allocated at its first call
+  int l2 = 0;                 // the device's L2 bytes
+  uint4 *flush_buf = nullptr; // mtpq__cuda_flush_l2's buffer (4 x L2), allocated at its first call
   plan plans[RT_NMAX + 1];
   // profiling (mtpq__cuda_profile): an event after every kernel of a step
   bool prof = false;
@@ -1353,7 +1353,8 @@ extern "C" enum mtpq_status mtpq__cuda_flush_l2(void *p, struct mtpq_err *err) {
   }
   k_l2_flush<<<g->sms * 4, 256, 0, g->st>>>(g->flush_buf, bytes / 16,
                                             reinterpret_cast<unsigned *>(g->flush_buf + bytes / 16));
-  const cudaError_t e = cudaStreamSynchronize(g->st);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaStreamSynchronize(g->st);
   if (e != cudaSuccess) return mtpq_err_set(err, MTPQ_E_GPU, "L2 flush: %s", cudaGetErrorString(e));
   return MTPQ_OK;
 }
