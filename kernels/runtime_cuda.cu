@@ -46,6 +46,7 @@ extern "C" {
 #include "kernels/rt_head.cuh"
 #include "kernels/rt_dmma.cuh"
 #include "kernels/rt_lt.cuh"
+#include "kernels/rt_sweep.cuh"
 
 #define CK(stmt)                                                                                   \
   do {                                                                                             \
@@ -1326,19 +1327,9 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   return MTPQ_OK;
 }
 
-// Ordinary loads over a buffer four times the L2's size: what the draft
-// calls before left in L2 is gone, as after the target's verify step
-// between two calls in a real decode (a sink store that never happens keeps
-// the loads)
-static __global__ void k_l2_flush(const uint4 *p, size_t n, unsigned *sink) {
-  unsigned acc = 0;
-  for (size_t i = threadIdx.x + (size_t)blockIdx.x * blockDim.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
-
+// Ordinary loads (k_sweep<false>) over a buffer four times the L2's size:
+// what the draft calls before left in L2 is gone, as after the target's
+// verify step between two calls in a real decode
 extern "C" enum mtpq_status mtpq__cuda_flush_l2(void *p, struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);
   const size_t bytes = (size_t)(g->l2 > 0 ? g->l2 : 64 << 20) * 4;
@@ -1351,8 +1342,8 @@ extern "C" enum mtpq_status mtpq__cuda_flush_l2(void *p, struct mtpq_err *err) {
     }
     g->flush_buf = static_cast<uint4 *>(b);
   }
-  k_l2_flush<<<g->sms * 4, 256, 0, g->st>>>(g->flush_buf, bytes / 16,
-                                            reinterpret_cast<unsigned *>(g->flush_buf + bytes / 16));
+  k_sweep<false><<<g->sms * 4, 256, 0, g->st>>>(g->flush_buf, bytes / 16,
+                                                reinterpret_cast<unsigned *>(g->flush_buf + bytes / 16));
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaStreamSynchronize(g->st);
   if (e != cudaSuccess) return mtpq_err_set(err, MTPQ_E_GPU, "L2 flush: %s", cudaGetErrorString(e));
