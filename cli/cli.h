@@ -7,6 +7,7 @@
 
 #include "hub/hub.h"
 #include "io/status.h"
+#include "kernels/runtime.h" /* enum mtpq_backend */
 
 /* ---- messages (cli/msg.c) ---- */
 extern int cli_verbosity; /* 0 quiet, 1 normal, 2 verbose */
@@ -97,7 +98,6 @@ extern const struct cli_opt upload_opts[];
 extern const struct cli_opt download_opts[];
 extern const struct cli_opt bench_step_opts[];
 /* --backend auto|cpu|cuda (cli/cmd_bench_step.c); 0 or an exit code. */
-enum mtpq_backend;
 int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be);
 extern const struct cli_opt bench_accept_opts[];
 int cmd_bench_accept(int argc, char **argv);

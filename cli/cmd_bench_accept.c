@@ -1,13 +1,14 @@
 /* mtpq bench-acceptance: replay recorded greedy target traces through the
  * stock and quantized drafters; per-position acceptance side by side. */
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "io/safetensors.h"
 #include "kernels/replay.h"
 #include "kernels/runtime.h"
+#include "kernels/traces.h"
 
 const struct cli_opt bench_accept_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
@@ -22,57 +23,28 @@ const struct cli_opt bench_accept_opts[] = {
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
-#define MAX_DOMAINS 32
 #define MAX_DRAFTERS 9
 
 struct result {
   const char *path; /* NULL: stock */
-  int ndom;
-  char dom[MAX_DOMAINS][64];
-  struct mtpq_accept_stats st[MAX_DOMAINS + 1]; /* + overall */
+  struct mtpq_accept_report r;
 };
 
-static double mal(const struct mtpq_accept_stats *s) {
-  double acc = 0;
-  for (int i = 0; i < s->k; i++) acc += (double)s->accepted[i];
-  return s->drafts ? 1.0 + acc / (double)s->drafts : 0.0;
-}
-static double cond(const struct mtpq_accept_stats *s, int i) {
-  return s->reached[i] ? (double)s->accepted[i] / (double)s->reached[i] : 0.0;
-}
-static double perpos(const struct mtpq_accept_stats *s, int i) {
-  return s->drafts ? (double)s->accepted[i] / (double)s->drafts : 0.0;
-}
-
-/* drafter time, microseconds: per drafted token while drafting; per round
- * catching up; per round in all (what a verify step waits for) */
-static double step_us(const struct mtpq_accept_stats *s) {
-  return s->draft_tokens ? s->draft_s * 1e6 / (double)s->draft_tokens : 0.0;
-}
-static double catchup_us(const struct mtpq_accept_stats *s) {
-  return s->catchups ? s->catchup_s * 1e6 / (double)s->catchups : 0.0;
-}
-static double round_us(const struct mtpq_accept_stats *s) {
-  return (s->drafts ? s->draft_s * 1e6 / (double)s->drafts : 0.0) + catchup_us(s);
-}
-static double tok_per_s(const struct mtpq_accept_stats *s) {
-  return s->draft_s + s->catchup_s > 0 ? (double)s->draft_tokens / (s->draft_s + s->catchup_s) : 0.0;
-}
 
 static cJSON *stats_json(const struct mtpq_accept_stats *s) {
   cJSON *o = cJSON_CreateObject();
   cJSON *c = cJSON_AddArrayToObject(o, "conditional"), *p = cJSON_AddArrayToObject(o, "per_position");
   for (int i = 0; i < s->k; i++) {
-    cJSON_AddItemToArray(c, cJSON_CreateNumber(cond(s, i)));
-    cJSON_AddItemToArray(p, cJSON_CreateNumber(perpos(s, i)));
+    cJSON_AddItemToArray(c, cJSON_CreateNumber(mtpq_accept_cond(s, i)));
+    cJSON_AddItemToArray(p, cJSON_CreateNumber(mtpq_accept_perpos(s, i)));
   }
-  cJSON_AddNumberToObject(o, "mean_acceptance_length", mal(s));
+  cJSON_AddNumberToObject(o, "mean_acceptance_length", mtpq_accept_mal(s));
   cJSON_AddNumberToObject(o, "drafts", (double)s->drafts);
   cJSON_AddNumberToObject(o, "draft_tokens", (double)s->draft_tokens);
-  cJSON_AddNumberToObject(o, "draft_step_us", step_us(s));
-  cJSON_AddNumberToObject(o, "catchup_us", catchup_us(s));
-  cJSON_AddNumberToObject(o, "round_us", round_us(s));
-  cJSON_AddNumberToObject(o, "draft_tokens_per_s", tok_per_s(s));
+  cJSON_AddNumberToObject(o, "draft_step_us", mtpq_accept_step_us(s));
+  cJSON_AddNumberToObject(o, "catchup_us", mtpq_accept_catchup_us(s));
+  cJSON_AddNumberToObject(o, "round_us", mtpq_accept_round_us(s));
+  cJSON_AddNumberToObject(o, "draft_tokens_per_s", mtpq_accept_tokens_per_s(s));
   return o;
 }
 
@@ -97,15 +69,15 @@ static int write_svg(const char *path, const struct result *r, int nr, int k) {
   }
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">draft position</text>\n", L + pw / 2, Hh - 8);
   for (int d = 0; d < nr; d++) {
-    const struct mtpq_accept_stats *s = &r[d].st[MAX_DOMAINS];
+    const struct mtpq_accept_stats *s = &r[d].r.all;
     fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", colors[d % 9]);
     for (int i = 0; i < k; i++)
-      fprintf(f, "%.1f,%.1f ", L + (k > 1 ? pw * i / (double)(k - 1) : pw / 2.0), T + ph - ph * perpos(s, i));
+      fprintf(f, "%.1f,%.1f ", L + (k > 1 ? pw * i / (double)(k - 1) : pw / 2.0), T + ph - ph * mtpq_accept_perpos(s, i));
     fprintf(f, "\"/>\n");
     const char *name = r[d].path ? strrchr(r[d].path, '/') : NULL;
     name = r[d].path ? (name && name[1] ? name + 1 : r[d].path) : "stock (target mtp.*)";
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%.30s "
-               "(%.3f)</text>\n", L + pw + 12, T + 20 * d, colors[d % 9], L + pw + 30, T + 10 + 20 * d, name, mal(s));
+               "(%.3f)</text>\n", L + pw + 12, T + 20 * d, colors[d % 9], L + pw + 30, T + 10 + 20 * d, name, mtpq_accept_mal(s));
   }
   fprintf(f, "</svg>\n");
   return fclose(f);
@@ -121,21 +93,26 @@ int cmd_bench_accept(int argc, char **argv) {
   int idr = cli_opt_index(bench_accept_opts, "drafter");
   if (a.set[idr] + 1 > MAX_DRAFTERS) return cli_usage_error(cmd, "at most %d drafters", MAX_DRAFTERS - 1);
   struct mtpq_err err = {0};
-  struct mtpq_st_file *tf = NULL;
-  enum mtpq_status st = mtpq_st_open(traces, &tf, &err);
-  if (st) return cli_fail(st, &err);
-  const char *mk = mtpq_st_metadata_get(tf, "k"), *mp = mtpq_st_metadata_get(tf, "prompt_len");
-  int k = (int)cli_uint(bench_accept_opts, &a, "k", mk ? strtoull(mk, NULL, 10) : 3);
-  int64_t P = (int64_t)cli_uint(bench_accept_opts, &a, "prompt-len", mp ? strtoull(mp, NULL, 10) : 192);
+  struct mtpq_traces *tf = NULL;
+  enum mtpq_status st = mtpq_traces_open(traces, &tf, &err);
+  int64_t kd = 3, P = 192;
+  if (!st) st = mtpq_traces_meta_int(tf, "k", 1, MTPQ_MAX_K, 3, &kd, &err);
+  if (!st) st = mtpq_traces_meta_int(tf, "prompt_len", 1, INT64_MAX, 192, &P, &err);
+  if (st) {
+    mtpq_traces_close(tf);
+    return cli_fail(st, &err);
+  }
+  int k = (int)cli_uint(bench_accept_opts, &a, "k", (unsigned long long)kd);
+  P = (int64_t)cli_uint(bench_accept_opts, &a, "prompt-len", (unsigned long long)P);
   int window = (int)cli_uint(bench_accept_opts, &a, "draft-window", 0);
   if (k < 1 || k > MTPQ_MAX_K) {
-    mtpq_st_close(tf);
+    mtpq_traces_close(tf);
     return cli_usage_error(cmd, "-k must be 1..%d", MTPQ_MAX_K);
   }
   enum mtpq_backend be;
   int brc = cli_backend(cmd, cli_str(bench_accept_opts, &a, "backend"), &be);
   if (brc) {
-    mtpq_st_close(tf);
+    mtpq_traces_close(tf);
     return brc;
   }
   static struct result res[MAX_DRAFTERS];
@@ -144,59 +121,13 @@ int cmd_bench_accept(int argc, char **argv) {
   for (int d = 0; d < nr && !rc; d++) {
     struct result *r = &res[d];
     r->path = d ? a.multi[idr][d - 1] : NULL;
-    struct mtpq_drafter *dr = NULL;
-    st = mtpq_drafter_open(target, r->path, &dr, &err);
-    if (st) {
-      rc = cli_fail(st, &err);
-      break;
-    }
-    r->st[MAX_DOMAINS].k = k;
-    for (size_t i = 0; i < mtpq_st_count(tf) && !rc; i++) {
-      const struct mtpq_tensor *tt = mtpq_st_at(tf, i);
-      size_t nl = strlen(tt->name);
-      if (nl < 7 || strcmp(tt->name + nl - 7, ".tokens") != 0) continue;
-      char hname[600];
-      snprintf(hname, sizeof hname, "%.*s.hidden", (int)(nl - 7), tt->name);
-      const struct mtpq_tensor *hh = mtpq_st_find(tf, hname);
-      if (tt->dtype != MTPQ_DTYPE_I32 || tt->rank != 1 || !hh || hh->dtype != MTPQ_DTYPE_BF16 || hh->rank != 2 ||
-          hh->shape[0] != tt->shape[0]) {
-        rc = cli_fail(mtpq_err_set(&err, MTPQ_E_DTYPE_MISMATCH, "%s: trace %s needs I32 tokens [N] and BF16 %s [N, H]",
-                                   traces, tt->name, hname), &err);
-        break;
-      }
-      if (hh->shape[1] != mtpq_drafter_hidden(dr)) {
-        rc = cli_fail(mtpq_err_set(&err, MTPQ_E_DTYPE_MISMATCH,
-                                   "%s: %s has hidden size %lld but the drafter's is %lld", traces, hname,
-                                   (long long)hh->shape[1], (long long)mtpq_drafter_hidden(dr)), &err);
-        break;
-      }
-      const int32_t *x = tt->data;
-      int32_t *xc = malloc((size_t)tt->nbytes);
-      memcpy(xc, x, (size_t)tt->nbytes);
-      for (int64_t t = 0; t < tt->shape[0] && !rc; t++)
-        if (xc[t] < 0 || xc[t] >= mtpq_drafter_vocab(dr))
-          rc = cli_fail(mtpq_err_set(&err, MTPQ_E_BAD_VALUE, "%s: %s[%lld] = %d is outside the vocabulary (%lld)",
-                                     traces, tt->name, (long long)t, xc[t], (long long)mtpq_drafter_vocab(dr)), &err);
-      char dom[64];
-      snprintf(dom, sizeof dom, "%.*s", (int)strcspn(tt->name, "."), tt->name);
-      int di = 0;
-      while (di < r->ndom && strcmp(r->dom[di], dom) != 0) di++;
-      if (!rc && di == r->ndom && r->ndom < MAX_DOMAINS) snprintf(r->dom[r->ndom++], 64, "%s", dom);
-      struct mtpq_session *s = NULL;
-      struct mtpq_accept_stats one = {0};
-      if (!rc) st = mtpq_session_open(dr, be, tt->shape[0], window, &s, &err);
-      if (!rc && !st) st = mtpq_replay_trace(s, xc, hh->data, tt->shape[0], P, k, &one, &err);
-      if (!rc && st) rc = cli_fail(st, &err);
-      if (!rc && di < MAX_DOMAINS) {
-        mtpq_accept_add(&r->st[di], &one);
-        mtpq_accept_add(&r->st[MAX_DOMAINS], &one);
-      }
-      mtpq_session_close(s);
-      free(xc);
-    }
-    mtpq_drafter_close(dr);
+    struct mtpq_rt_model *dr = NULL;
+    st = mtpq_rt_model_open(target, r->path, &dr, &err);
+    if (!st) st = mtpq_replay_traces(dr, be, tf, P, k, window, &r->r, &err);
+    if (st) rc = cli_fail(st, &err);
+    mtpq_rt_model_close(dr);
   }
-  mtpq_st_close(tf);
+  mtpq_traces_close(tf);
   if (rc) return rc;
   const char *plot = cli_str(bench_accept_opts, &a, "plot");
   if (plot && write_svg(plot, res, nr, k) != 0) {
@@ -215,8 +146,9 @@ int cmd_bench_accept(int argc, char **argv) {
       cJSON_AddStringToObject(x, "path", res[d].path ? res[d].path : target);
       cJSON_AddStringToObject(x, "kind", res[d].path ? "drafter" : "stock");
       cJSON *doms = cJSON_AddObjectToObject(x, "domains");
-      for (int i = 0; i < res[d].ndom; i++) cJSON_AddItemToObject(doms, res[d].dom[i], stats_json(&res[d].st[i]));
-      cJSON_AddItemToObject(x, "all", stats_json(&res[d].st[MAX_DOMAINS]));
+      for (int i = 0; i < res[d].r.ndom; i++)
+        cJSON_AddItemToObject(doms, res[d].r.dom[i], stats_json(&res[d].r.st[i]));
+      cJSON_AddItemToObject(x, "all", stats_json(&res[d].r.all));
       cJSON_AddItemToArray(arr, x);
     }
     char *t = cJSON_Print(o);
@@ -231,22 +163,23 @@ int cmd_bench_accept(int argc, char **argv) {
   for (int i = 0; i < k; i++) printf("  cond%-3d", i + 1);
   for (int i = 0; i < k; i++) printf("  pos%-4d", i + 1);
   printf(" %9s %9s %9s\n", "step us", "round us", "tok/s");
-  for (int di = 0; di <= res[0].ndom; di++) {
-    int idx = di == res[0].ndom ? MAX_DOMAINS : di;
+  for (int di = 0; di <= res[0].r.ndom; di++) {
+    const int all = di == res[0].r.ndom;
     for (int d = 0; d < nr; d++) {
-      const struct mtpq_accept_stats *s = &res[d].st[idx], *base = &res[0].st[idx];
+      const struct mtpq_accept_stats *s = all ? &res[d].r.all : &res[d].r.st[di];
+      const struct mtpq_accept_stats *base = all ? &res[0].r.all : &res[0].r.st[di];
       const char *name = res[d].path ? res[d].path : "stock (target mtp.*)";
-      printf("%-16s %-34.34s %7llu %7.4f", d ? "" : (idx == MAX_DOMAINS ? "all" : res[0].dom[di]), name,
-             (unsigned long long)s->drafts, mal(s));
-      for (int i = 0; i < k; i++) printf("  %7.4f", cond(s, i));
-      for (int i = 0; i < k; i++) printf("  %7.4f", perpos(s, i));
-      printf(" %9.1f %9.1f %9.0f\n", step_us(s), round_us(s), tok_per_s(s));
+      printf("%-16s %-34.34s %7llu %7.4f", d ? "" : (all ? "all" : res[0].r.dom[di]), name,
+             (unsigned long long)s->drafts, mtpq_accept_mal(s));
+      for (int i = 0; i < k; i++) printf("  %7.4f", mtpq_accept_cond(s, i));
+      for (int i = 0; i < k; i++) printf("  %7.4f", mtpq_accept_perpos(s, i));
+      printf(" %9.1f %9.1f %9.0f\n", mtpq_accept_step_us(s), mtpq_accept_round_us(s), mtpq_accept_tokens_per_s(s));
       if (d) {
-        printf("%-16s %-34s %7s %+7.4f", "", "  difference vs stock", "", mal(s) - mal(base));
-        for (int i = 0; i < k; i++) printf("  %+7.4f", cond(s, i) - cond(base, i));
-        for (int i = 0; i < k; i++) printf("  %+7.4f", perpos(s, i) - perpos(base, i));
-        if (step_us(s) > 0 && round_us(s) > 0)
-          printf(" %8.2fx %8.2fx\n", step_us(base) / step_us(s), round_us(base) / round_us(s));
+        printf("%-16s %-34s %7s %+7.4f", "", "  difference vs stock", "", mtpq_accept_mal(s) - mtpq_accept_mal(base));
+        for (int i = 0; i < k; i++) printf("  %+7.4f", mtpq_accept_cond(s, i) - mtpq_accept_cond(base, i));
+        for (int i = 0; i < k; i++) printf("  %+7.4f", mtpq_accept_perpos(s, i) - mtpq_accept_perpos(base, i));
+        if (mtpq_accept_step_us(s) > 0 && mtpq_accept_round_us(s) > 0)
+          printf(" %8.2fx %8.2fx\n", mtpq_accept_step_us(base) / mtpq_accept_step_us(s), mtpq_accept_round_us(base) / mtpq_accept_round_us(s));
         else
           printf("\n");
       }

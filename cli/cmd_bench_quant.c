@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "kernels/gpu_quant.h"
+#include "quant/gpu_quant.h"
 #include "quant/quant.h"
 
 const struct cli_opt bench_quant_opts[] = {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "kernels/gpu_quant.h"
+#include "quant/gpu_quant.h"
 #include "kernels/runtime.h"
 
 const struct cli_opt bench_step_opts[] = {
@@ -56,10 +56,10 @@ int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be) {
  * seconds per draft step (call / k) and, on the CUDA backend, the median
  * device time per step (the call's steps alone, without staging its inputs,
  * copying the drafts back and the host's wait; -1 otherwise). */
-static enum mtpq_status time_step(struct mtpq_drafter *d, enum mtpq_backend be, int64_t ctx, int batch, int k,
+static enum mtpq_status time_step(struct mtpq_rt_model *d, enum mtpq_backend be, int64_t ctx, int batch, int k,
                                   int iters, const char *label, int profile, int warm, double *median,
                                   double *dev_median, struct mtpq_err *err) {
-  int64_t H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
+  int64_t H = mtpq_rt_model_hidden(d), V = mtpq_rt_model_vocab(d);
   enum { CHUNK = 256 };
   struct mtpq_session *s = NULL;
   enum mtpq_status st = mtpq_session_open_batch(d, be, ctx + k, 0, batch, &s, err);
@@ -173,17 +173,17 @@ int cmd_bench_step(int argc, char **argv) {
     for (int b = 0; b < nbat; b++) {
       double stock = 0;
       for (int d = 0; d < nr; d++) {
-        struct mtpq_drafter *dr = NULL;
+        struct mtpq_rt_model *dr = NULL;
         const char *name = d ? a.multi[idr][d - 1] : "stock (target mtp.*)";
         double sv = 0, dsv = -1;
         int64_t by = 0;
-        enum mtpq_status st = mtpq_drafter_open(target, d ? a.multi[idr][d - 1] : NULL, &dr, &err);
+        enum mtpq_status st = mtpq_rt_model_open(target, d ? a.multi[idr][d - 1] : NULL, &dr, &err);
         if (!st) { /* the k timed steps attend over ctx+1 .. ctx+k positions: their mean */
-          by = mtpq_drafter_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 2, bats[b]);
+          by = mtpq_rt_model_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 2, bats[b]);
           st = time_step(dr, be, ctxs[c], bats[b], k, iters, d ? name : "stock", cli_has(bench_step_opts, &a, "profile"),
                          cli_has(bench_step_opts, &a, "warm-l2"), &sv, &dsv, &err);
         }
-        mtpq_drafter_close(dr);
+        mtpq_rt_model_close(dr);
         if (st) return cli_fail(st, &err);
         if (d == 0) stock = sv;
         double us = sv * 1e6, gbs = (double)by / sv / 1e9, floor = (double)by / (hbm * 1e3);

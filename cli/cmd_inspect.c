@@ -5,7 +5,6 @@
 
 #include "cli/cli.h"
 #include "io/model.h"
-#include "io/util.h"
 
 const struct cli_opt inspect_opts[] = {
     {"json", 0, OPT_FLAG, 0, NULL, "print one JSON object instead of text"},
@@ -209,17 +208,11 @@ int cmd_inspect(int argc, char **argv) {
 
   struct mtpq_model_config cfg;
   int have_cfg = 0;
-  char *cpath = mtpq__path_join(mtpq_repo_dir(r), "config.json");
-  if (cpath && mtpq__is_file(cpath)) {
-    st = mtpq_config_load(cpath, &cfg, &err);
-    if (st) {
-      free(cpath);
-      mtpq_repo_close(r);
-      return cli_fail(st, &err);
-    }
-    have_cfg = 1;
+  st = mtpq_config_load_dir(mtpq_repo_dir(r), &cfg, &have_cfg, &err);
+  if (st) {
+    mtpq_repo_close(r);
+    return cli_fail(st, &err);
   }
-  free(cpath);
   struct mtpq_model_desc d;
   mtpq_model_describe(r, have_cfg ? &cfg : NULL, &d);
   struct group *g = NULL;

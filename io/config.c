@@ -139,3 +139,17 @@ void mtpq_config_free(struct mtpq_model_config *cfg) {
   cJSON_Delete(cfg->json);
   cfg->json = NULL;
 }
+
+enum mtpq_status mtpq_config_load_dir(const char *dir, struct mtpq_model_config *cfg, int *found,
+                                      struct mtpq_err *err) {
+  *found = 0;
+  char *p = mtpq__path_join(dir, "config.json");
+  if (!p) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  enum mtpq_status st = MTPQ_OK;
+  if (mtpq__is_file(p)) {
+    st = mtpq_config_load(p, cfg, err);
+    *found = !st;
+  }
+  free(p);
+  return st;
+}

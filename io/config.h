@@ -40,6 +40,10 @@ struct mtpq_model_config {
  * vocab_size, rms_norm_eps. Free with mtpq_config_free(). */
 enum mtpq_status mtpq_config_load(const char *path, struct mtpq_model_config *cfg,
                                   struct mtpq_err *err);
+/* DIR/config.json when the file exists (*found = 1), else nothing loaded
+ * and *found = 0; a file that exists but does not parse is an error. */
+enum mtpq_status mtpq_config_load_dir(const char *dir, struct mtpq_model_config *cfg, int *found,
+                                      struct mtpq_err *err);
 /* Same, from a string (label names it in messages). */
 enum mtpq_status mtpq_config_parse(const char *text, size_t len, const char *label,
                                    struct mtpq_model_config *cfg, struct mtpq_err *err);

@@ -6,7 +6,7 @@
 #include "kernels/rt_sweep.cuh"
 
 extern "C" {
-#include "kernels/gpu_quant.h"
+#include "kernels/runtime.h"
 }
 
 extern "C" enum mtpq_status mtpq_gpu_read_gbps(double *gbps, struct mtpq_err *err) {

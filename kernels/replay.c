@@ -19,13 +19,69 @@ void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats
   a->catchups += b->catchups;
 }
 
+double mtpq_accept_mal(const struct mtpq_accept_stats *s) {
+  double acc = 0;
+  for (int i = 0; i < s->k; i++) acc += (double)s->accepted[i];
+  return s->drafts ? 1.0 + acc / (double)s->drafts : 0.0;
+}
+double mtpq_accept_cond(const struct mtpq_accept_stats *s, int i) {
+  return s->reached[i] ? (double)s->accepted[i] / (double)s->reached[i] : 0.0;
+}
+double mtpq_accept_perpos(const struct mtpq_accept_stats *s, int i) {
+  return s->drafts ? (double)s->accepted[i] / (double)s->drafts : 0.0;
+}
+double mtpq_accept_step_us(const struct mtpq_accept_stats *s) {
+  return s->draft_tokens ? s->draft_s * 1e6 / (double)s->draft_tokens : 0.0;
+}
+double mtpq_accept_catchup_us(const struct mtpq_accept_stats *s) {
+  return s->catchups ? s->catchup_s * 1e6 / (double)s->catchups : 0.0;
+}
+double mtpq_accept_round_us(const struct mtpq_accept_stats *s) {
+  return (s->drafts ? s->draft_s * 1e6 / (double)s->drafts : 0.0) + mtpq_accept_catchup_us(s);
+}
+double mtpq_accept_tokens_per_s(const struct mtpq_accept_stats *s) {
+  return s->draft_s + s->catchup_s > 0 ? (double)s->draft_tokens / (s->draft_s + s->catchup_s) : 0.0;
+}
+
+enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
+                                    int64_t P, int k, int window, struct mtpq_accept_report *r,
+                                    struct mtpq_err *err) {
+  memset(r, 0, sizeof *r);
+  r->all.k = k;
+  enum mtpq_status st = mtpq_traces_check(t, mtpq_rt_model_hidden(m), mtpq_rt_model_vocab(m), err);
+  for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
+    const struct mtpq_trace *x = mtpq_traces_at(t, i);
+    int di = 0;
+    while (di < r->ndom && strcmp(r->dom[di], x->domain) != 0) di++;
+    if (di == r->ndom) {
+      if (r->ndom == MTPQ_MAX_DOMAINS)
+        return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: more than %d domains (trace %s)", mtpq_traces_path(t),
+                            MTPQ_MAX_DOMAINS, x->name);
+      memcpy(r->dom[r->ndom++], x->domain, sizeof x->domain);
+      r->st[di].k = k;
+    }
+    /* the tokens are mapped from the file, maybe unaligned: a copy */
+    int32_t *xc = malloc((size_t)x->n * sizeof *xc);
+    if (!xc) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+    memcpy(xc, x->tokens, (size_t)x->n * sizeof *xc);
+    struct mtpq_session *s = NULL;
+    struct mtpq_accept_stats one = {0};
+    st = mtpq_session_open(m, be, x->n, window, &s, err);
+    if (!st) st = mtpq_replay_trace(s, xc, x->hidden_bf16, x->n, P, k, &one, err);
+    if (!st) mtpq_accept_add(&r->st[di], &one), mtpq_accept_add(&r->all, &one);
+    mtpq_session_close(s);
+    free(xc);
+  }
+  return st;
+}
+
 enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *x, const void *hidden_bf16,
                                    int64_t n, int64_t P, int k, struct mtpq_accept_stats *st,
                                    struct mtpq_err *err) {
   if (k < 1 || k > MTPQ_MAX_K) return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d", k, MTPQ_MAX_K);
   if (P < 1 || P >= n) return mtpq_err_set(err, MTPQ_E_INVAL, "prompt length %lld outside 1..%lld", (long long)P, (long long)(n - 1));
   st->k = k;
-  int64_t H = mtpq__session_hidden(s);
+  int64_t H = mtpq_session_hidden(s);
   float *out = malloc((size_t)n * (size_t)H * sizeof *out);
   int32_t *tok = malloc((size_t)n * sizeof *tok);
   int64_t *pos = malloc((size_t)n * sizeof *pos);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "kernels/runtime.h"
+#include "kernels/traces.h"
 
 #define MTPQ_MAX_K 16
 
@@ -44,5 +45,38 @@ enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *tokens
 
 /* a += b */
 void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats *b);
+
+/* Acceptance metrics (../shared/docs/speculative-decoding.md):
+ *   mal      mean acceptance length, 1 + accepted drafts / rounds
+ *   cond     P(draft i accepted | the drafts before it accepted)
+ *   perpos   rounds whose draft i was accepted / rounds (vLLM's per-position rate)
+ * and the drafter's wall time, microseconds:
+ *   step_us     per drafted token while drafting
+ *   catchup_us  per round catching up on the slots the target verified
+ *   round_us    per round in all (what a verify step waits for)
+ *   tokens_per_s  drafted tokens / drafter time
+ * Each is 0 where its denominator is. */
+double mtpq_accept_mal(const struct mtpq_accept_stats *s);
+double mtpq_accept_cond(const struct mtpq_accept_stats *s, int i);
+double mtpq_accept_perpos(const struct mtpq_accept_stats *s, int i);
+double mtpq_accept_step_us(const struct mtpq_accept_stats *s);
+double mtpq_accept_catchup_us(const struct mtpq_accept_stats *s);
+double mtpq_accept_round_us(const struct mtpq_accept_stats *s);
+double mtpq_accept_tokens_per_s(const struct mtpq_accept_stats *s);
+
+/* Acceptance of one drafter over every trace of a file, per domain (in the
+ * order domains first appear) and over all: a fresh session per trace. */
+#define MTPQ_MAX_DOMAINS 32
+struct mtpq_accept_report {
+  int ndom;
+  char dom[MTPQ_MAX_DOMAINS][MTPQ_TRACE_DOMAIN_MAX];
+  struct mtpq_accept_stats st[MTPQ_MAX_DOMAINS];
+  struct mtpq_accept_stats all;
+};
+/* Checks the traces against the model first (mtpq_traces_check); a file
+ * with more than MTPQ_MAX_DOMAINS domains is refused. */
+enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
+                                    int64_t prompt_len, int k, int window, struct mtpq_accept_report *r,
+                                    struct mtpq_err *err);
 
 #endif

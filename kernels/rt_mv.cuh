@@ -83,14 +83,6 @@ __device__ __forceinline__ void rt_wait() {
   RT_TL_WAITED();
 }
 
-// A hint: bring [p, p + bytes) into L2 (bytes % 16 == 0, p 16-byte aligned);
-// no data comes back and nothing waits for it.
-__device__ __forceinline__ void rt_prefetch_l2(const void *p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // A launch's task into shared memory, a word per thread of the block
 // (blockDim 256; a struct copy by one thread went through local memory);
 // the caller syncs

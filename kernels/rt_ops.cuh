@@ -128,65 +128,19 @@ template <int NQ> __device__ void rt_zcnorm(const float *x, const float (&w1)[NQ
   rt_zcnorm_regs(v, w1, n, eps, y);
 }
 
-// A region of device memory to prefetch into L2 (k_prep).
-struct pf_region {
-  const uint8_t *p;
-  int64_t n; // bytes, a multiple of 16
-};
-
-#define RT_PF_CHUNK 16384 // bytes per prefetch instruction
-
-// Chunks gt, gt + stride, ... of regions reg[0..nreg) laid end to end: the
-// prefetch is spread over every thread of the grid (one SM's copy engine
-// alone would take too long).
-__device__ void rt_prefetch_regions(const pf_region *reg, int nreg, int64_t gt, int64_t stride) {
-  int i = 0;
-  int64_t base = 0; // region i covers chunks [base, base + its chunk count)
-  for (int64_t c = gt;; c += stride) {
-    while (i < nreg && c >= base + (reg[i].n + RT_PF_CHUNK - 1) / RT_PF_CHUNK) base += (reg[i++].n + RT_PF_CHUNK - 1) / RT_PF_CHUNK;
-    if (i >= nreg) return;
-    const int64_t off = (c - base) * RT_PF_CHUNK, left = reg[i].n - off;
-    rt_prefetch_l2(reg[i].p + off, (uint32_t)(left < RT_PF_CHUNK ? left : RT_PF_CHUNK));
-  }
-}
-
 // Blocks (t, 0) and (t, 1), t < n: c[t] = [norm(embed[tok]), norm(hidden)],
-// and the argmax key cleared. Every block also starts the step's weight stream: the
-// dense weights of the layer (reg) and, while it fits in kv_budget bytes, the
-// cached K/V rows each token will attend to, are prefetched into L2 so that
-// the chain of small dependent kernels after this one finds them there
-// instead of paying the full memory latency one kernel at a time.
+// and the argmax key cleared.
 template <int NX>
 __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
     k_prep(const uint8_t *embed, const int *tok, const float *hid, int H, const float *ne, const float *nh, float eps,
-           float *c, unsigned long long *best, int n, const pf_region *reg, int nreg, const uint16_t *kc,
-           const uint16_t *vc, const int64_t *pos, const int *seq, int64_t max_pos, int64_t KV, int window,
-           int64_t kv_budget) {
+           float *c, unsigned long long *best, int n) {
   RT_TL_START();
   rt_trigger();
   constexpr int NQ = RT_NQX(NX);
   H = rt_norm_n<NX>(H);
-  const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-  rt_prefetch_regions(reg, nreg, gt, stride);
   float w1[NQ]; // this block's norm weights (block y 0: the embedding's, 1: the hidden state's)
   rt_norm_w(blockIdx.y ? nh : ne, blockIdx.x < n ? H : 0, w1);
   rt_wait(); // tok, pos and hid may come from the previous step's last kernel
-  if (kv_budget > 0) {
-    pf_region kv[2 * RT_NMAX];
-    int nkv = 0;
-    int64_t used = 0;
-    for (int t = 0; t < n; t++) {
-      const int64_t p = pos[t], lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
-      const int64_t at = ((int64_t)seq[t] * max_pos + lo) * KV;
-      int64_t b = (p - lo) * KV * 2; // (BF16)
-      if (used + 2 * b > kv_budget) b = (kv_budget - used) / 2; // the first rows (the first splits' blocks start first)
-      if (b <= 0) break;
-      used += 2 * b;
-      kv[nkv++] = pf_region{reinterpret_cast<const uint8_t *>(kc + at), b};
-      kv[nkv++] = pf_region{reinterpret_cast<const uint8_t *>(vc + at), b};
-    }
-    rt_prefetch_regions(kv, nkv, gt, stride);
-  }
   const int t = blockIdx.x;
   if (t >= n) { RT_TL_END(); return; }
   if (blockIdx.y == 1) { // the two norms in two blocks: neither waits for the other
@@ -877,16 +831,12 @@ template <int N> __device__ __forceinline__ void rt_sort_desc(unsigned long long
 // block (E > 512). With its selection spread over 16 warps, a key a thread,
 // the routing took as long as with one (6.5-7.8 us after its wait; tried,
 // not kept: tests/bench/RESULTS.md, sixteenth round). The chosen numerator
-// comes back out of the key (p >= 0). Every block of a token routes it and
-// prefetches its share of the chosen experts' gate, up and down weights
-// into L2 when asked; block 0 writes the choice. tab + ex: the gate
-// weights of the E experts, then up, then down.
+// comes back out of the key (p >= 0). One block a token.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
-                        float *wsel, const dlin *tab, int ex, int prefetch) {
+                        float *wsel) {
   RT_TL_START();
   __shared__ int chosen[RT_TMAX];
   __shared__ float cval[RT_TMAX];
-  __shared__ pf_region reg[6 * RT_TMAX];
   __shared__ float fsh[9];
   __shared__ unsigned long long ksh[8];
   rt_trigger();
@@ -923,7 +873,6 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
     key[i] = e < E ? k : 0;
   }
   RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
-  const bool w0 = blockIdx.x == 0;
   if (nw == 1) {
     // One warp (E <= 512): each lane's keys sorted once, largest first, so
     // a round is one maximum over the lanes' first keys and a shift in the
@@ -983,21 +932,11 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   // tot (thread 0 wrote each weight and then divided it in place: ten
   // dependent round trips to L2, though the timeline did not show the
   // routing faster without them)
-  if (w0 && tid < K) {
+  if (tid < K) {
     sel[t * RT_KST + tid] = chosen[tid];
     wsel[t * RT_KST + tid] = renorm ? cval[tid] / tot : cval[tid];
   }
-  if (w0 && tid == 0) wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
-  if (!prefetch) { RT_TL_END(); return; }
-  // (chosen is read after the barrier above)
-  for (int i = tid; i < 3 * K; i += nt) { // gate and up of every expert first, then down
-    const int k = i % K, w = i / K;
-    const dlin &L = tab[ex + w * E + chosen[k]];
-    reg[2 * i] = pf_region{L.w, rt_lin_bytes(L) / 16 * 16};
-    reg[2 * i + 1] = pf_region{L.sc, L.sc ? L.rows * L.cols / 16 / 16 * 16 : 0};
-  }
-  __syncthreads();
-  rt_prefetch_regions(reg, 6 * K, (int64_t)blockIdx.x * nt + tid, (int64_t)gridDim.x * nt);
+  if (tid == 0) wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
   RT_TL_END();
 }
 

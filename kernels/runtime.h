@@ -1,6 +1,9 @@
-/* The embedded drafter runtime: one model description for the Qwen3-Next /
- * Qwen3.5 MTP drafter and a backend interface (CPU reference now; the CUDA
- * backend implements the same calls).
+/* The embedded drafter runtime (kernels/): one loaded model for the
+ * Qwen3-Next / Qwen3.5 MTP drafter (struct mtpq_rt_model, kernels/rt_model.c)
+ * and sessions over it (kernels/rt_session.c) run by the CPU reference
+ * backend or the CUDA backend (kernels/cuda/), which implement the same
+ * calls; the greedy replay and its metrics are in kernels/replay.h, the
+ * trace file in kernels/traces.h.
  *
  * Forward pass (../shared/docs/mtp-architecture.md 2.2), per token slot with
  * inputs (token, hidden h_in, position):
@@ -28,44 +31,45 @@
 #ifndef MTPQ_KERNELS_RUNTIME_H
 #define MTPQ_KERNELS_RUNTIME_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "io/status.h"
 
-struct mtpq_drafter;
+struct mtpq_rt_model;
 
 /* Load the stock drafter (drafter_dir NULL: the target's own mtp.*) or an
  * mtpq -mtpfp8 repo, with the embedding (and, for the stock drafter, the
  * head) from the target. Refuses a drafter repo made from another target. */
-enum mtpq_status mtpq_drafter_open(const char *target_dir, const char *drafter_dir,
-                                   struct mtpq_drafter **out, struct mtpq_err *err);
-void mtpq_drafter_close(struct mtpq_drafter *d); /* NULL-safe */
+enum mtpq_status mtpq_rt_model_open(const char *target_dir, const char *drafter_dir,
+                                   struct mtpq_rt_model **out, struct mtpq_err *err);
+void mtpq_rt_model_close(struct mtpq_rt_model *d); /* NULL-safe */
 
-int64_t mtpq_drafter_hidden(const struct mtpq_drafter *d);
-int64_t mtpq_drafter_vocab(const struct mtpq_drafter *d); /* head rows of the full vocabulary */
+int64_t mtpq_rt_model_hidden(const struct mtpq_rt_model *d);
+int64_t mtpq_rt_model_vocab(const struct mtpq_rt_model *d); /* head rows of the full vocabulary */
 /* 1 when the head is a reduced draft head. */
-int mtpq_drafter_reduced_head(const struct mtpq_drafter *d);
+int mtpq_rt_model_reduced_head(const struct mtpq_rt_model *d);
 
 /* Bytes a batch-1 step reads at `context` cached positions: every dense
  * linear, top-k experts, the head, one embedding row, and the K/V cache at
  * kv_elem_bytes per element (2: both backends cache BF16). */
-int64_t mtpq_drafter_step_bytes(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes);
+int64_t mtpq_rt_model_step_bytes(const struct mtpq_rt_model *d, int64_t context, int kv_elem_bytes);
 /* The same for `batch` sequences drafting together: dense linears and head
  * once, embedding rows, experts and K/V per sequence (experts that two
  * sequences share counted twice: an upper bound, what the kernels read). */
-int64_t mtpq_drafter_step_bytes_batch(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes, int batch);
+int64_t mtpq_rt_model_step_bytes_batch(const struct mtpq_rt_model *d, int64_t context, int kv_elem_bytes, int batch);
 /* Backends. */
 enum mtpq_backend { MTPQ_BACKEND_CPU, MTPQ_BACKEND_CUDA };
 
 struct mtpq_session; /* KV caches (1..MTPQ_MAX_SEQS sequences) + scratch */
 
-enum mtpq_status mtpq_session_open(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos,
+enum mtpq_status mtpq_session_open(struct mtpq_rt_model *d, enum mtpq_backend be, int64_t max_pos,
                                    int window, struct mtpq_session **out, struct mtpq_err *err);
 /* A session with nseq (1..MTPQ_MAX_SEQS) independent KV caches: the batch of
  * mtpq_session_draft. mtpq_session_open is nseq = 1. */
 #define MTPQ_MAX_SEQS 8
 #define MTPQ_MAX_DRAFT_STEPS 64
-enum mtpq_status mtpq_session_open_batch(struct mtpq_drafter *d, enum mtpq_backend be, int64_t max_pos, int window,
+enum mtpq_status mtpq_session_open_batch(struct mtpq_rt_model *d, enum mtpq_backend be, int64_t max_pos, int window,
                                          int nseq, struct mtpq_session **out, struct mtpq_err *err);
 void mtpq_session_close(struct mtpq_session *s);
 /* The sequence (cache) that mtpq_session_step writes and reads; 0 at open. */
@@ -111,6 +115,19 @@ double mtpq_session_draft_device_us(const struct mtpq_session *s);
 enum mtpq_status mtpq_session_flush_l2(struct mtpq_session *s, struct mtpq_err *err);
 
 /* Hidden size of the session's drafter. */
-int64_t mtpq__session_hidden(const struct mtpq_session *s);
+int64_t mtpq_session_hidden(const struct mtpq_session *s);
+
+
+/* The CUDA backend's settings as the sessions of this process use them:
+ * the kill switches MTPQ_CUDA_GRAPHS=0 and MTPQ_CUDA_PDL=0, and the tuning
+ * string MTPQ_CUDA_TUNE (kernels/cuda/tune.c: keys, ranges, what each
+ * does), read and checked once. Writes a one-line description ("graphs on,
+ * pdl on, tune: default") into buf; an unknown key or a value out of range
+ * is an error naming it (then every CUDA session open fails with it too). */
+enum mtpq_status mtpq_cuda_settings(char *buf, size_t cap, struct mtpq_err *err);
+
+/* Measured HBM read bandwidth of device 0 in GB/s (kernels/cuda/sweep.cu):
+ * the best of 5 timed passes of a 16-byte-load streaming read over 4 GiB. */
+enum mtpq_status mtpq_gpu_read_gbps(double *gbps, struct mtpq_err *err);
 
 #endif

@@ -29,7 +29,6 @@
 // drafter stays on the kernels here; for the shorter BF16 products see
 // LT_MIN_DEFAULT. Measured, kernel against kernel, by tests/bench/lt_bench.cu
 // (RESULTS.md, thirtieth round).
-#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -39,6 +38,7 @@
 #include <vector>
 
 extern "C" {
+#include "kernels/cuda/tune.h"
 #include "kernels/runtime_cuda.h"
 #include "quant/numerics.h"
 }
@@ -95,44 +95,23 @@ struct plan {
 };
 
 struct gpu_session {
-  const struct mtpq_drafter *d;
+  const struct mtpq_rt_model *d;
   int64_t max_pos;
-  int window, nseq, cur, nsplit, K, fast, graphs;
-  int pdl, prefetch, sms; // programmatic dependent launch (MTPQ_CUDA_PDL=0: off), L2 prefetch (MTPQ_CUDA_PREFETCH=1: on)
-  int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product (MTPQ_CUDA_GLU=0: not)
-  int flat;               // MTPQ_CUDA_FLAT=0: no flat k_mv grids (mv_run)
-  int side;               // MTPQ_CUDA_SIDE=0: the shared expert on the main stream (no fork, no join)
-  int r5;                 // MTPQ_CUDA_R5=0: no 5-rows-per-warp products at one token
-  int dmma;               // plain dense products at 2..8 tokens on tensor cores (k_dmma; MTPQ_CUDA_DMMA=0: k_mv)
-  int hmma;               // the FP8/BF16 head on tensor cores (k_head_mma; MTPQ_CUDA_HEAD_MMA 0: not, 1: one token, 2: 1..8)
-  int hdyn;               // at one token, k_head_dyn's tiles dealt at run time (MTPQ_CUDA_HEAD_DYN=0: k_head_mma's)
-  int pieces;             // FP8 MMA products at 8 tokens: x as 2 f16 pieces (MTPQ_CUDA_PIECES=3: three)
-  int hmt;                // k_head_dyn's m-tiles a tile (MTPQ_CUDA_HEAD_MT; 0, the default: 1 for BF16, 2 for FP8)
-  int lt_min;             // a BF16 head through cuBLASLt from this many tokens a step (MTPQ_CUDA_LT; 0: never)
+  int window, nseq, cur, nsplit, K, fast, sms;
+  mtpq_cuda_tune tune;    // the kill switches and MTPQ_CUDA_TUNE (kernels/cuda/tune.h)
+  int pdl;                // programmatic dependent launch now (tune.pdl, off for one launch after a memset)
+  int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product
+  int lt_min;             // a BF16 head through cuBLASLt from this many tokens a step (0: never)
   cublasLtHandle_t lt = nullptr;
   void *lt_ws = nullptr;               // its workspace (LT_WS bytes)
   __nv_bfloat16 *lt_b = nullptr;       // x's pieces, cols x 3 RT_NMAX
   float *lt_d = nullptr;               // the GEMM's output, head rows x 3 RT_NMAX
   unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
-  bool comb4;             // k_attn_combine<4> (past 8K positions; MTPQ_CUDA_COMB_RR=1 or 4 chooses)
-  int attn_merge;         // RING 2: a block's splits merged into one partial (MTPQ_CUDA_ATTN_MERGE=0: one a split)
-  int attn_x;             // k_attn RING 2 where its shared memory fits: its blocks per (KV head, token)
-                          // (MTPQ_CUDA_ATTN_X=N: N); 0: RING 0, a block per split (MTPQ_CUDA_ATTN_RING=0)
-  int attn_per;           // RING 2's blocks an SM
-  int attn_xn;            // RING 2 at 2..8 tokens as one wave of blocks (MTPQ_CUDA_ATTN_XN=0: not; see attn_blocks)
-  int attn_mma;           // RING 2 at the 80B shape (G = 8, D = 256) on tensor cores (MTPQ_CUDA_ATTN_MMA=0: FFMA)
-  int64_t kv_ef_pos;      // k_attn copies the cached K/V evict-first past this many positions a launch (in
-                          // all its tokens): as many as half of L2 holds (MTPQ_CUDA_KV_EF=0: never, 1: always)
-  int early;              // the routed down reads the routing before its wait (MTPQ_CUDA_EARLY=0: not)
-  uint64_t plain;         // launches of a step made without programmatic dependence (MTPQ_CUDA_PLAIN; go())
-  int launch_i;           // the step's launches so far (enqueue_step resets it)
-  int splitk;             // the most warps (and rows) a row set at one token (k_mv S; MTPQ_CUDA_SPLITK: 0/1 none, 2, 4 (the default), 8)
-  int fp4r, fp4u;         // NVFP4 products at one token: at most fp4r rows per warp (MTPQ_CUDA_FP4R; 0: the
-                          // wave rule), fp4u loads in flight per lane (MTPQ_CUDA_FP4U: 8 or 16; 0: 16 at 8 rows)
-  int64_t kv_budget;      // K/V bytes k_prep may prefetch (MTPQ_CUDA_PREFETCH_KV_MB)
-  int profile_call;       // MTPQ_CUDA_PROFILE_CALL (0: none)
-  pf_region *pf = nullptr;
-  int npf = 0;
+  bool comb4;             // k_attn_combine<4> (more than 256 partials a head)
+  int attn_x;             // k_attn's ring where its shared memory fits: its blocks per (KV head, token); 0: a
+                          // block per split
+  int attn_per;           // ring blocks an SM
+  int64_t kv_ef_pos;      // k_attn copies the cached K/V evict-first past this many positions a launch
   int64_t IM; // expert / shared / dense intermediate slot width
   cudaStream_t st = nullptr, st2 = nullptr; // st2: the shared expert, beside the routed ones
   cudaEvent_t fork = nullptr, join = nullptr;
@@ -156,8 +135,7 @@ struct gpu_session {
   float *h_hid;
   unsigned long long *h_best;
   // One block holds a call's inputs (ST_* layout), on the device and pinned on
-  // the host, so staging them is one copy (four copies and a memset before:
-  // each a separate operation on the stream ahead of the first step)
+  // the host, so staging them is one copy
   uint8_t *stage_d = nullptr, *stage_h = nullptr;
   cudaEvent_t t0 = nullptr, t1 = nullptr; // around a draft call's steps (mtpq__cuda_draft_device_us)
   double draft_us = -1;
@@ -178,15 +156,11 @@ static void mark(gpu_session *g, const char *name) {
 
 // Launch on the session's stream; with pdl (and the session's switch on) the
 // kernel may start while the one before it finishes (it waits in rt_wait).
-// MTPQ_CUDA_PLAIN=i,j,...: the step's launches i, j, ... (counted from 0,
-// k_prep, in enqueue_step's order, the shared expert's included) without
-// it, to time what the overlap gains or costs launch by launch. go_cl
-// launches with thread-block clusters of cl blocks along x (cl > 1, k_dmma's
-// slices); go is go_cl without clusters.
+// go_cl launches with thread-block clusters of cl blocks along x (cl > 1,
+// k_dmma's slices); go is go_cl without clusters.
 template <typename... KA, typename... A>
 static void go_cl(gpu_session *g, bool pdl, unsigned cl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem,
                   A... args) {
-  if (g->launch_i < 64 && (g->plain >> g->launch_i++ & 1)) pdl = false;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[2];
   unsigned na = 0;
@@ -206,16 +180,6 @@ static void go_cl(gpu_session *g, bool pdl, unsigned cl, void (*k)(KA...), dim3 
 template <typename... KA, typename... A>
 static void go(gpu_session *g, bool pdl, void (*k)(KA...), dim3 grid, dim3 block, size_t smem, A... args) {
   go_cl(g, pdl, 1, k, grid, block, smem, args...);
-}
-
-static int env_on(const char *name) {
-  const char *v = getenv(name);
-  return !(v && strcmp(v, "0") == 0);
-}
-
-static int env_int(const char *name, int def) {
-  const char *v = getenv(name);
-  return v ? atoi(v) : def;
 }
 
 template <typename T>
@@ -339,11 +303,11 @@ extern "C" void mtpq__cuda_session_close(void *p) {
 }
 
 // k_attn's instance for a launch at RING 0 or 2: the 80B shape's own (G =
-// 8, D = 256; at RING 2 on tensor cores unless MTPQ_CUDA_ATTN_MMA=0) or the
-// generic one; attn_ring_grid sizes the grid for the one the step launches
+// 8, D = 256; at RING 2 on tensor cores) or the generic one; attn_ring_grid
+// sizes the grid for the one the step launches
 static decltype(&k_attn<0, 0, 0, 0>) attn_kernel(const gpu_session *g, int ring) {
   const bool a8 = g->d->Nq / g->d->Nkv == 8 && g->d->D == 256;
-  if (ring) return a8 ? (g->attn_mma ? k_attn<8, 256, 2, 1> : k_attn<8, 256, 2, 0>) : k_attn<0, 0, 2, 0>;
+  if (ring) return a8 ? k_attn<8, 256, 2, 1> : k_attn<0, 0, 2, 0>;
   return a8 ? k_attn<8, 256, 0, 0> : k_attn<0, 0, 0, 0>;
 }
 
@@ -351,7 +315,7 @@ static decltype(&k_attn<0, 0, 0, 0>) attn_kernel(const gpu_session *g, int ring)
 // blocks per (KV head, token), so that one token's blocks fill the SMs once
 // (a launch of n tokens runs n of those); else RING 0
 static void attn_ring_grid(gpu_session *g, int dev) {
-  const struct mtpq_drafter *d = g->d;
+  const struct mtpq_rt_model *d = g->d;
   const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, 2) * 4);
   auto *k = attn_kernel(g, 2);
   int room = 0, per = 0;
@@ -361,32 +325,27 @@ static void attn_ring_grid(gpu_session *g, int dev) {
     cudaGetLastError(); // (no room: the kernel of a block per split)
     return;
   }
-  const int force = env_int("MTPQ_CUDA_ATTN_X", 0); // (tests: a few blocks, each over many splits)
+  const int force = g->tune.attn_x; // (tests: a few blocks, each over many splits)
   const int64_t x = force > 0 ? force : ((int64_t)g->sms * per + d->Nkv - 1) / d->Nkv;
   g->attn_x = (int)(x < g->nsplit ? x : g->nsplit);
   g->attn_per = per;
 }
 
 // RING 2's blocks per (KV head, token) at a launch of n tokens: attn_x (a
-// wave per token), or with attn_xn (the default) at 2..8 tokens one wave for
-// the launch, each block over several splits. Why: with attn_x blocks a
-// token, a launch of 8 tokens was 8 waves, and at 4K every block held one
-// split, where RING 0 (a block per split, three an SM) was faster; as one
-// wave (at 8 tokens 16 blocks per KV head and token, 8 splits each at 4K)
-// the 4K batch-8 attention took 25.8 us against RING 0's 43.2 (timelines),
-// and the step (mtpq [stock], dev us) 4K batch 8 280.9 -> 265.2 [437.2 ->
-// 416.2], batch 4 184.6 -> 178.1 [307.5 -> 299.9], batch 2 146.0 -> 144.1
-// [259.4 -> 256.3], 32K batch 8 421.6 -> 403.7 [576.1 -> 551.8] (H200, same
-// call; tests/bench/RESULTS.md, twenty-eighth round)
+// wave per token), and at 2..8 tokens one wave for the launch, each block
+// over several splits (a wave per token made a launch of n tokens n waves;
+// ledger 12)
 static int attn_blocks(const gpu_session *g, int n) {
-  if (n < 2 || !g->attn_xn || !g->attn_x) return g->attn_x;
+  if (n < 2 || !g->attn_x) return g->attn_x;
   const int64_t x = (int64_t)g->sms * g->attn_per / ((int64_t)g->d->Nkv * n);
   return (int)(x < 1 ? 1 : x < g->attn_x ? x : g->attn_x);
 }
 
-extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window,
+extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *d, int64_t max_pos, int window,
                                                     int nseq, void **out, struct mtpq_err *err) {
   *out = nullptr;
+  mtpq_cuda_tune tune;
+  if (mtpq_cuda_tune_get(&tune, err)) return MTPQ_E_INVAL;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return mtpq_err_set(err, MTPQ_E_NO_GPU, "no CUDA device");
   if (nseq < 1 || nseq > RT_NMAX)
@@ -419,64 +378,19 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
                         "%lld", (long long)max_pos, (long long)most, (long long)d->D);
   }
   g->K = d->moe ? (int)d->topk : 0;
-  g->graphs = env_on("MTPQ_CUDA_GRAPHS");
-  g->pdl = env_on("MTPQ_CUDA_PDL");
-  // NVFP4 products of one token a task (the routed experts). At 4K batch 1
-  // (fourth round, other kernels) at most 4 rows per warp spread them over
-  // the SMs and 8 loads a lane kept the down out of spills; neither applies
-  // to today's batch-1 launches (the gate/up pairs take their own rule, the
-  // down fits a wave at one row a warp). From 2 tokens on the gate/up pairs
-  // (20..80 tasks) take 8 rows a warp by their rule, and from 5 the downs
-  // are more than a wave at 4; such launches run in several waves whose
-  // blocks' weights arrive in a few dependent batches. 8 rows a warp with 16
-  // loads a lane in flight took batch 8 from 291.9 to 282.2 us a step (16
-  // loads with the down still capped at 4 rows: 287.3; twenty-seventh
-  // round, tests/bench/RESULTS.md). So: the wave rule (MTPQ_CUDA_FP4R=0, or
-  // 1 or 4 as a cap), and 16 loads a lane at 8 rows a warp, 8 below
-  // (MTPQ_CUDA_FP4U=0; 8 or 16 at every row count)
-  g->fp4r = env_int("MTPQ_CUDA_FP4R", 0);
-  g->fp4u = env_int("MTPQ_CUDA_FP4U", 0);
-  g->r5 = env_on("MTPQ_CUDA_R5");
-  g->side = env_on("MTPQ_CUDA_SIDE");
-  g->flat = env_on("MTPQ_CUDA_FLAT");
-  // 4, not 8: H200, 4K batch 1, mtpq 119.5-119.9 -> 116.5-116.9 us a step,
-  // stock 213.2-213.7 -> 211.8-212.2 (same machine, rows alternating;
-  // tests/bench/RESULTS.md, twentieth round)
-  g->splitk = env_int("MTPQ_CUDA_SPLITK", 4);
-  g->hmma = env_int("MTPQ_CUDA_HEAD_MMA", 2);
-  g->dmma = env_on("MTPQ_CUDA_DMMA");
-  g->hdyn = env_on("MTPQ_CUDA_HEAD_DYN");
-  g->pieces = env_int("MTPQ_CUDA_PIECES", 2) == 3 ? 3 : 2;
-  g->hmt = env_int("MTPQ_CUDA_HEAD_MT", 0);
-  g->lt_min = env_int("MTPQ_CUDA_LT", LT_MIN_DEFAULT);
-  g->early = env_on("MTPQ_CUDA_EARLY");
-  g->plain = 0;
-  if (const char *pl = getenv("MTPQ_CUDA_PLAIN"))
-    for (const char *c = pl; *c;) {
-      char *e = nullptr;
-      const long i = strtol(c, &e, 10);
-      if (e == c) break;
-      if (i >= 0 && i < 64) g->plain |= (uint64_t)1 << i;
-      c = *e == ',' ? e + 1 : e;
-    }
-  g->profile_call = env_int("MTPQ_CUDA_PROFILE_CALL", 0);
-  const char *pf = getenv("MTPQ_CUDA_PREFETCH"); // measured slower on the H200 (see tests/bench/RESULTS.md): off by default
-  g->prefetch = pf && strcmp(pf, "1") == 0;
-  const char *kvmb = getenv("MTPQ_CUDA_PREFETCH_KV_MB"); // MTPQ_CUDA_PREFETCH=kv: the cached K/V only
-  g->kv_budget = g->prefetch || (pf && strcmp(pf, "kv") == 0) ? (int64_t)((kvmb ? atof(kvmb) : 24.0) * 1e6) : 0;
+  g->tune = tune;
+  g->pdl = tune.pdl;
+  g->lt_min = tune.lt;
   int dev = 0, l2 = 0;
   cudaGetDevice(&dev);
   if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
   if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) cudaGetLastError(), l2 = 0;
-  g->comb4 = env_int("MTPQ_CUDA_COMB_RR", g->nsplit > 256 ? 4 : 1) == 4;
   g->attn_x = 0;
-  g->attn_mma = env_int("MTPQ_CUDA_ATTN_MMA", 1) != 0;
-  if (env_int("MTPQ_CUDA_ATTN_RING", 2) != 0) attn_ring_grid(g, dev); // (0: a block per split)
-  g->attn_merge = g->attn_x > 0 && env_int("MTPQ_CUDA_ATTN_MERGE", 1) != 0;
-  if (g->attn_merge && g->attn_x <= 256) g->comb4 = false; // (at most attn_x partials a head: one pass of <1>)
-  g->attn_xn = env_int("MTPQ_CUDA_ATTN_XN", 1) != 0;
+  if (tune.attn_ring) attn_ring_grid(g, dev); // (0: a block per split)
+  // the ring merges a block's splits into one partial: at most attn_x a head
+  g->comb4 = (g->attn_x ? g->attn_x : g->nsplit) > 256;
   const int64_t kv_per = 2 * d->Nkv * d->D * 2; // a position's BF16 K and V rows
-  const int ef = env_int("MTPQ_CUDA_KV_EF", -1);
+  const int ef = tune.kv_ef;
   g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / kv_per;
   g->l2 = l2;
   enum mtpq_status st = MTPQ_OK;
@@ -493,9 +407,9 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
                                        &d->sg, &d->su, &d->sd, &d->head};
   for (int i = 0; i < L_EXPERTS && !st; i++)
     if (base[i]->w) st = upload_lin(g, base[i], &h[i], err);
-  // gate/up pair matrices (MTPQ_CUDA_GLU=0: separate, with a SwiGLU kernel) where every expert's gate
+  // gate/up pair matrices (tune glu=0: separate, with a SwiGLU kernel) where every expert's gate
   // and up share a format and a shape
-  g->glu = E > 0 && env_on("MTPQ_CUDA_GLU");
+  g->glu = E > 0 && tune.glu;
   for (int64_t e = 0; e < E; e++)
     if (d->eg[e].f != d->eu[e].f || d->eg[e].rows != d->eu[e].rows || d->eg[e].cols != d->eu[e].cols) g->glu = 0;
   for (int64_t e = 0; e < E && !st; e++) {
@@ -516,19 +430,6 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d
   if (!st) st = dalloc(g, &g->lins, h.size() * sizeof(dlin), err);
   if (!st && cudaMemcpy(g->lins, h.data(), h.size() * sizeof(dlin), cudaMemcpyHostToDevice) != cudaSuccess)
     st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the weight table failed");
-  if (!st) { // the layer's dense weights in the order the step reads them (k_prep prefetches them)
-    std::vector<pf_region> r;
-    for (int i = 0; i < L_HEAD; i++) {
-      const dlin &L = h[i];
-      if (!L.w) continue;
-      r.push_back(pf_region{L.w, rt_lin_bytes(L) / 16 * 16});
-      if (L.sc) r.push_back(pf_region{L.sc, L.rows * L.cols / 16 / 16 * 16});
-    }
-    g->npf = (int)r.size();
-    st = dalloc(g, &g->pf, r.size() * sizeof(pf_region), err);
-    if (!st && cudaMemcpy(g->pf, r.data(), r.size() * sizeof(pf_region), cudaMemcpyHostToDevice) != cudaSuccess)
-      st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the prefetch table failed");
-  }
   for (int i = 0; i < 7 && !st; i++) {
     int64_t nn = (i == 4 || i == 5) ? d->D : d->H;
     const uint8_t *p = nullptr;
@@ -648,7 +549,7 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
 // k_head_mma (not an error); a failed allocation is one.
 static enum mtpq_status lt_plan(gpu_session *g, int n, plan &p, struct mtpq_err *err) {
   const dlin &L = g->host_lins[L_HEAD];
-  if (!g->lt_min || n < g->lt_min || L.f != LIN_BF16 || !L.w || !g->hmma) return MTPQ_OK; // (HEAD_MMA=0: all on k_mv)
+  if (!g->lt_min || n < g->lt_min || L.f != LIN_BF16 || !L.w || !g->tune.head_mma) return MTPQ_OK; // (head_mma=0: all on k_mv)
   enum mtpq_status st = MTPQ_OK;
   if (!g->lt && cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS) {
     g->lt = nullptr, g->lt_min = 0; // no cuBLASLt: the head stays on k_head_mma
@@ -673,7 +574,7 @@ static void lt_run(gpu_session *g, int n) {
 
 static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
   plan &p = g->plans[n];
-  const struct mtpq_drafter *d = g->d;
+  const struct mtpq_rt_model *d = g->d;
   const int64_t H = d->H, KV = d->Nkv * d->D, QG = 2 * d->Nq * d->D, E = d->moe ? d->E : 0, IM = g->IM;
   const int K = g->K, S = K + 1;
   enum mtpq_status st = put_tasks(g, {dense_task(L_FC, g->c, 2 * H, g->x0, H, n)}, &p.fc, err);
@@ -717,11 +618,11 @@ static enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) 
   if (!st) st = put_tasks(g, gus, &p.gus, err);
   if (!st) st = put_tasks(g, down, &p.down, err);
   if (!st) st = put_tasks(g, downs, &p.downs, err);
-  if (g->early) { // the routed gate/up let the down launch start only once the routing is done, so the down
-                  // reads the choice and requests its first weights before it waits (rt_mv.cuh, k_mv)
-    p.gu.fl = RT_MV_LATE_TRIGGER;
-    p.down.fl = RT_MV_SEL_EARLY;
-  }
+  // the routed gate/up let the down launch start only once the routing is
+  // done, so the down reads the choice and requests its first weights before
+  // it waits (k_mv's flags)
+  p.gu.fl = RT_MV_LATE_TRIGGER;
+  p.down.fl = RT_MV_SEL_EARLY;
   mv_task hd = dense_task(L_HEAD, g->out, H, nullptr, d->head.rows, n);
   hd.best = g->best;
   if (!st) st = put_tasks(g, {hd}, &p.head, err);
@@ -767,7 +668,7 @@ template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session
   if (!cap) cap = resident(k_mv<NB, R, U, F, S>);
   const int64_t rb = 8 / S * R, bx = (m.rows + rb - 1) / rb;
   mv_flat fg = {};
-  if (RT_MV_FLAT(F) && g->flat && m.ntask > 1 && m.ntask <= RT_FLAT) {
+  if (RT_MV_FLAT(F) && m.ntask > 1 && m.ntask <= RT_FLAT) {
     fg = flat_grid(m, rb);
     const int64_t tot = fg.off[m.ntask];
     fg.n = tot < bx * m.ntask && tot <= cap ? m.ntask : 0;
@@ -805,15 +706,13 @@ template <int NB, int R, int S> static void mv_split_run(gpu_session *g, const m
 // H200 (4K): batch 2 218.8 -> 204.9 us a step, batch 4 and 8 0.7 and 6 us
 // less (tests/bench/RESULTS.md, ninth round)
 template <int NB> static bool mv_split(gpu_session *g, const mv_launch &m, int r) {
-  if (g->splitk < 2 || m.best || m.glu || m.fmt < 0 || m.fmt > (NB == 1 ? 2 : 1)) return false;
-  for (int S : {8, 4, 2}) {
-    if (S > g->splitk || m.groups < S) continue;
+  if (m.best || m.glu || m.fmt < 0 || m.fmt > (NB == 1 ? 2 : 1)) return false;
+  for (int S : {4, 2}) {
+    if (m.groups < S) continue;
     if constexpr (NB == 1) {
       if (r != 1) return false;
-      return S == 8 ? mv_split_run<1, 8, 8>(g, m) : S == 4 ? mv_split_run<1, 4, 4>(g, m) : mv_split_run<1, 2, 2>(g, m),
-             true;
+      return S == 4 ? mv_split_run<1, 4, 4>(g, m) : mv_split_run<1, 2, 2>(g, m), true;
     } else {
-      if (S == 8) continue;
       if (r == 1) return S == 4 ? mv_split_run<NB, 4, 4>(g, m) : mv_split_run<NB, 2, 2>(g, m), true;
       if (r == 2 && S == 2) return mv_split_run<NB, 4, 2>(g, m), true;
     }
@@ -832,7 +731,7 @@ template <int NB, int R> static void mv_go(gpu_session *g, const mv_launch &m) {
   case 2:
     if constexpr (NB == 1 && (R == 5 || R == 6)) mv_run<1, R, U, 2>(g, m);
     else if constexpr (NB == 1)
-      (g->fp4u ? g->fp4u == 8 : R < 8) ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
+      R < 8 ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
     else mv_run<NB, R, 8, 2>(g, m);
     break;
   default: mv_run<NB, R, U, 3>(g, m); break;
@@ -891,7 +790,7 @@ static int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax 
 // n-tile fewer; rt_split_p), else three. H200, 4K batch 8: mtpq 265.1 ->
 // 243.4 / 243.6 us a step; at 4 (12 -> 8 columns) 177.7 -> 177.1, no
 // gain, so three stay there (tests/bench/RESULTS.md, twenty-ninth round)
-static int mma_pieces(const gpu_session *g, int f, int NB) { return f == 1 && NB == 8 && g->pieces == 2 ? 2 : 3; }
+static int mma_pieces(const gpu_session *g, int f, int NB) { return f == 1 && NB == 8 ? 2 : 3; }
 
 // k_head_mma's dynamic shared memory: NB tokens' P pieces of cols (+ 16 padding) halves
 static size_t head_mma_smem(int NB, int P, int64_t cols) { return (size_t)P * NB * (size_t)(cols + 16) * 2; }
@@ -929,10 +828,9 @@ template <int F, int MT> static void head_dyn_run(gpu_session *g, const mv_launc
 
 template <int F, int NB, int P = 3> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
   if constexpr (NB == 1) {
-    if (g->hdyn) { // (FP8: two m-tiles, so that a warp has two batches a tile, as at BF16)
-      (g->hmt ? g->hmt : F == 1 ? 2 : 1) == 1 ? head_dyn_run<F, 1>(g, m, smem) : head_dyn_run<F, 2>(g, m, smem);
-      return;
-    }
+    // (FP8: two m-tiles, so that a warp has two batches a tile, as at BF16)
+    F == 1 ? head_dyn_run<F, 2>(g, m, smem) : head_dyn_run<F, 1>(g, m, smem);
+    return;
   }
   static head_state hs;
   const int64_t tiles = (m.rows + 15) / 16;
@@ -954,8 +852,8 @@ template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
 
 static bool launch_head_mma(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
-  if (!g->hmma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
-      (NB > 1 && g->hmma == 1) || head_mma_smem(NB, mma_pieces(g, m.fmt, NB), m.cols) > RT_HEAD_SMEM)
+  if (!g->tune.head_mma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
+      head_mma_smem(NB, mma_pieces(g, m.fmt, NB), m.cols) > RT_HEAD_SMEM)
     return false;
   switch (NB) {
   case 1: head_mma_nb<1>(g, m); break;
@@ -986,7 +884,7 @@ template <int F, int NB, int P = 3> static void dmma_run(gpu_session *g, const m
 static bool launch_dmma(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
   const int64_t ks = (m.cols + RT_DM_SLICE - 1) / RT_DM_SLICE;
-  if (!g->dmma || !g->fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.ntask > RT_FLAT || m.cols % 64 ||
+  if (!g->tune.dmma || !g->fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.ntask > RT_FLAT || m.cols % 64 ||
       ks > RT_DM_KS)
     return false;
   const int k = (int)ks, f = m.fmt;
@@ -1050,9 +948,7 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
   }
   switch (NB) {
   case 1: {
-    int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : g->r5 && mv_blocks(m, 5) <= wave ? 5 : 8;
-    // MTPQ_CUDA_FP4R for NVFP4: 1 caps every choice, 4 (the default) the wave rule's 8
-    if (m.fmt == 2 && ((g->fp4r == 1 && r > 1) || (g->fp4r == 4 && r == 8))) r = g->fp4r;
+    const int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : mv_blocks(m, 5) <= wave ? 5 : 8;
     if (r == 1 && mv_split<1>(g, m, 1)) break;
     r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
     break;
@@ -1069,20 +965,15 @@ static void launch_mv(gpu_session *g, const mv_launch &m) {
 // only once the previous step has finished. chain: a head follows (where it
 // goes through cuBLASLt, k_final also writes its x pieces)
 static void enqueue_step(gpu_session *g, int n, bool chain) {
-  const struct mtpq_drafter *d = g->d;
+  const struct mtpq_rt_model *d = g->d;
   const plan &p = g->plans[n];
   const int H = (int)d->H, Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
-  const int64_t KV = (int64_t)Nkv * D;
   mark(g, "start");
   g->on = g->st;
   const bool nx = H == 2048; // the norm kernels' instance for exactly 2,048 values (rt_ops.cuh, RT_NQX)
-  g->launch_i = 0;
-  go(g, false, nx ? k_prep<2048> : k_prep<0>, dim3(g->prefetch || g->kv_budget ? (g->sms > n ? g->sms : n) : n, 2),
-     dim3(256), 0,
+  go(g, false, nx ? k_prep<2048> : k_prep<0>, dim3(n, 2), dim3(256), 0,
      (const uint8_t *)g->embed, (const int *)g->tok, (const float *)g->out, H, (const float *)g->nrm[0],
-     (const float *)g->nrm[1], d->eps, g->c, g->best, n, (const pf_region *)g->pf, g->prefetch ? g->npf : 0,
-     (const uint16_t *)g->kc, (const uint16_t *)g->vc, (const int64_t *)g->pos, (const int *)g->seqa, g->max_pos, KV,
-     g->window, g->kv_budget);
+     (const float *)g->nrm[1], d->eps, g->c, g->best, n);
   mark(g, "embed+norms");
   launch_mv(g, p.fc);
   mark(g, "fc");
@@ -1091,22 +982,17 @@ static void enqueue_step(gpu_session *g, int n, bool chain) {
   mark(g, "input norm");
   launch_mv(g, p.qkv);
   mark(g, "q,k,v");
-  // without attn_xn, RING 0 at 2..8 tokens where no RING 2 block would hold
-  // two splits (a context of at most attn_x splits, as 4K): then a RING 2
-  // block does what a RING 0 block does, but two share an SM where three
-  // RING 0 ones fit, and a launch of several tokens is more than a wave
-  const bool ring0n = n > 1 && !g->attn_xn && g->nsplit <= g->attn_x;
-  const int ring = g->attn_x && !ring0n ? 2 : 0, X = attn_blocks(g, n);
+  const int ring = g->attn_x ? 2 : 0, X = attn_blocks(g, n);
   go(g, true, attn_kernel(g, ring), dim3(ring ? X : g->nsplit, Nkv, n), dim3(256),
      (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
      (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
      (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
-     g->pm, g->pl, g->attn_merge, g->kv_ef_pos);
+     g->pm, g->pl, ring, g->kv_ef_pos);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
   go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
      (size_t)g->nsplit * 4, (const float *)g->qg,
      (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq, D, (const int64_t *)g->pos, g->window,
-     g->nsplit, g->attn_merge && ring ? X : g->nsplit, g->att);
+     g->nsplit, ring ? X : g->nsplit, g->att);
   mark(g, "attention combine+gate");
   launch_mv(g, p.o);
   mark(g, "o_proj");
@@ -1116,7 +1002,7 @@ static void enqueue_step(gpu_session *g, int n, bool chain) {
   const int S = g->K + 1;
   // the shared expert (gate/up, SwiGLU, down into m2) on a second stream
   // beside the router, routing and routed experts: it needs y2 only
-  const bool side = d->moe && d->sg.w && !g->prof && g->side;
+  const bool side = d->moe && d->sg.w && !g->prof;
   if (side) {
     cudaEventRecord(g->fork, g->st);
     cudaStreamWaitEvent(g->st2, g->fork, 0);
@@ -1137,11 +1023,9 @@ static void enqueue_step(gpu_session *g, int n, bool chain) {
   if (d->moe) {
     launch_mv(g, p.rs);
     mark(g, "router+shared gate");
-    const int rb = g->prefetch ? (g->sms / n > 32 ? 32 : g->sms / n > 1 ? g->sms / n : 1) : 1;
-    go(g, true, k_route, dim3(rb, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
+    go(g, true, k_route, dim3(1, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
        (const float *)g->pr, (const float *)g->z,
-       (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->sel, g->wsel, (const dlin *)g->lins,
-       (int)L_EXPERTS, g->prefetch);
+       (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->sel, g->wsel);
     mark(g, "softmax+top-k");
     launch_mv(g, p.gu);
     mark(g, "experts gate/up");
@@ -1177,7 +1061,7 @@ static enum mtpq_status ensure(gpu_session *g, int n, bool chain, struct mtpq_er
     if (st) return st;
   }
   cudaGraphExec_t &ex = chain ? p.chain : p.step;
-  if (!g->graphs || ex) return MTPQ_OK;
+  if (!g->tune.graphs || ex) return MTPQ_OK;
   cudaGraph_t gr;
   CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
   if (chain) enqueue_chain_step(g, n);
@@ -1191,7 +1075,7 @@ static enum mtpq_status ensure(gpu_session *g, int n, bool chain, struct mtpq_er
 
 static enum mtpq_status run(gpu_session *g, int n, bool chain, struct mtpq_err *err) {
   cudaGraphExec_t ex = chain ? g->plans[n].chain : g->plans[n].step;
-  if (g->graphs) CK(cudaGraphLaunch(ex, g->st));
+  if (g->tune.graphs) CK(cudaGraphLaunch(ex, g->st));
   else if (chain) enqueue_chain_step(g, n);
   else enqueue_step(g, n, false);
   CK(cudaGetLastError());
@@ -1251,7 +1135,7 @@ extern "C" enum mtpq_status mtpq__cuda_step(void *p, int n, const int32_t *token
 extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_t *tok, float *logits,
                                             struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);
-  const struct mtpq_drafter *d = g->d;
+  const struct mtpq_rt_model *d = g->d;
   if (!g->plans[1].built) {
     enum mtpq_status st = build_plan(g, 1, err);
     if (st) return st;
@@ -1300,21 +1184,12 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   enum mtpq_status st = ensure(g, n, true, err);
   if (!st) st = stage(g, n, err);
   if (st) return st;
-  // MTPQ_CUDA_PROFILE_CALL=N: the Nth draft call of the process is the
-  // profiler's range (ncu --profile-from-start off), to time its kernels alone
-  static int calls = 0;
-  const bool ranged = g->profile_call > 0 && g->profile_call == ++calls;
-  if (ranged) cudaProfilerStart();
 #ifdef MTPQ_TIMELINE
   tl_reset(g);
 #endif
   CK(cudaEventRecord(g->t0, g->st));
   for (int s = 0; s < steps && !st; s++) st = run(g, n, true, err);
   CK(cudaEventRecord(g->t1, g->st));
-  if (ranged) {
-    cudaStreamSynchronize(g->st);
-    cudaProfilerStop();
-  }
   if (st) return st;
   CK(cudaMemcpyAsync(g->h_rec, g->rec, (size_t)(steps * n) * sizeof(int), cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));

@@ -4,13 +4,13 @@
 #ifndef MTPQ_KERNELS_RUNTIME_CUDA_H
 #define MTPQ_KERNELS_RUNTIME_CUDA_H
 
-#include "kernels/runtime_model.h"
+#include "kernels/rt_model.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window, int nseq,
+enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *d, int64_t max_pos, int window, int nseq,
                                          void **out, struct mtpq_err *err);
 void mtpq__cuda_select(void *g, int seq);
 int mtpq__cuda_profile(void *g, int n, const char **names, double *us, int max, struct mtpq_err *err);

@@ -11,7 +11,7 @@
 #include "io/safetensors.h"
 #include "io/torch_pt.h"
 #include "io/util.h"
-#include "kernels/gpu_quant.h"
+#include "quant/gpu_quant.h"
 #include "quant/drafter_priv.h"
 
 static volatile sig_atomic_t cancel_flag;

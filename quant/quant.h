@@ -69,7 +69,7 @@ struct mtpq_format_info {
   const char *description;
   mtpq_quantize_fn quantize;     /* reference, always built */
   mtpq_dequantize_fn dequantize; /* into float [rows, cols_padded] */
-  int has_gpu;             /* a CUDA kernel exists (see kernels/gpu_quant.h) */
+  int has_gpu;             /* a CUDA kernel exists (see quant/gpu_quant.h) */
   double rmse_bound;       /* tests: max RMS(dequant - x) / RMS(x) on Gaussian data */
 };
 

@@ -9,7 +9,7 @@
 
 #include "io/repo.h"
 #include "io/util.h"
-#include "kernels/gpu_quant.h"
+#include "quant/gpu_quant.h"
 
 /* Element kinds for decoding and distances. */
 enum ekind { EK_E2M1, EK_E4M3, EK_E5M2, EK_F16, EK_BF16, EK_F32, EK_F64, EK_SINT, EK_UINT };

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "io/safetensors.h"
-#include "kernels/gpu_quant.h"
+#include "quant/gpu_quant.h"
 #include "testutil.h"
 
 static uint64_t run_seed;

@@ -26,13 +26,13 @@ static double rel_err(const float *a, const float *b, size_t n) {
 
 START_TEST(test_forward_matches_torch) {
   struct mtpq_err err = {0};
-  struct mtpq_drafter *d = NULL;
-  ck_assert_msg(mtpq_drafter_open(T "/model", NULL, &d, &err) == MTPQ_OK, "%s", err.msg);
+  struct mtpq_rt_model *d = NULL;
+  ck_assert_msg(mtpq_rt_model_open(T "/model", NULL, &d, &err) == MTPQ_OK, "%s", err.msg);
   struct mtpq_st_file *ref = NULL, *tr = NULL;
   ck_assert_int_eq(mtpq_st_open(MTPQ_TESTDATA "/runtime/forward_ref.safetensors", &ref, &err), MTPQ_OK);
   ck_assert_int_eq(mtpq_st_open(T "/traces.safetensors", &tr, &err), MTPQ_OK);
   const struct mtpq_tensor *xt = mtpq_st_find(tr, "code_heldout.0.tokens"), *ht = mtpq_st_find(tr, "code_heldout.0.hidden");
-  int64_t P = 192, H = mtpq_drafter_hidden(d), V = mtpq_drafter_vocab(d);
+  int64_t P = 192, H = mtpq_rt_model_hidden(d), V = mtpq_rt_model_vocab(d);
   struct mtpq_session *s = NULL;
   ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CPU, 288, 0, &s, &err), MTPQ_OK);
   int32_t tok[192];
@@ -83,14 +83,14 @@ START_TEST(test_forward_matches_torch) {
   mtpq_session_close(s);
   mtpq_st_close(ref);
   mtpq_st_close(tr);
-  mtpq_drafter_close(d);
+  mtpq_rt_model_close(d);
 }
 END_TEST
 
 START_TEST(test_replay_rules_and_errors) {
   struct mtpq_err err = {0};
-  struct mtpq_drafter *d = NULL;
-  ck_assert_int_eq(mtpq_drafter_open(T "/model", NULL, &d, &err), MTPQ_OK);
+  struct mtpq_rt_model *d = NULL;
+  ck_assert_int_eq(mtpq_rt_model_open(T "/model", NULL, &d, &err), MTPQ_OK);
   struct mtpq_session *s = NULL;
   ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CPU, 8, 0, &s, &err), MTPQ_OK);
   int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -116,7 +116,7 @@ START_TEST(test_replay_rules_and_errors) {
   ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CUDA, 8, 0, &g, &err), MTPQ_E_NO_GPU);
 #endif
   mtpq_session_close(s);
-  mtpq_drafter_close(d);
+  mtpq_rt_model_close(d);
 }
 END_TEST
 
@@ -126,8 +126,8 @@ END_TEST
  * head fed back by hand, and the selection survives a draft. */
 START_TEST(test_sequences_and_draft) {
   struct mtpq_err err = {0};
-  struct mtpq_drafter *d = NULL;
-  ck_assert_int_eq(mtpq_drafter_open(T "/model", NULL, &d, &err), MTPQ_OK);
+  struct mtpq_rt_model *d = NULL;
+  ck_assert_int_eq(mtpq_rt_model_open(T "/model", NULL, &d, &err), MTPQ_OK);
   enum { H = 128, PRE = 12, STEPS = 3 };
   float h[PRE * H], out[PRE * H];
   int32_t tok[2][PRE];
@@ -176,7 +176,7 @@ START_TEST(test_sequences_and_draft) {
   mtpq_session_close(m);
   mtpq_session_close(one[0]), mtpq_session_close(one[1]);
   mtpq_session_close(b);
-  mtpq_drafter_close(d);
+  mtpq_rt_model_close(d);
 }
 END_TEST
 

@@ -1,4 +1,4 @@
-// CUDA NVFP4 / FP8 quantization kernels (see kernels/gpu_quant.h).
+// CUDA NVFP4 / FP8 quantization kernels (see quant/gpu_quant.h).
 //
 // Byte equality with the C reference comes from calling the same inline
 // arithmetic (quant/numerics.h) and compiling with --fmad=false and IEEE
@@ -15,7 +15,7 @@
 #include <vector>
 
 extern "C" {
-#include "kernels/gpu_quant.h"
+#include "quant/gpu_quant.h"
 }
 
 #define MTPQ_CUDA_CHECK(stmt, err)                                                      \

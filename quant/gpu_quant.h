@@ -6,8 +6,8 @@
  * functions as the C reference, compiled without FMA contraction; their
  * bytes equal the reference's (tests/check_gpu.c proves it on the device).
  */
-#ifndef MTPQ_KERNELS_GPU_QUANT_H
-#define MTPQ_KERNELS_GPU_QUANT_H
+#ifndef MTPQ_QUANT_GPU_QUANT_H
+#define MTPQ_QUANT_GPU_QUANT_H
 
 #include "quant/quant.h"
 
@@ -20,9 +20,6 @@ extern "C" {
 int mtpq_gpu_available(struct mtpq_err *err);
 /* Name of device 0 ("NVIDIA H200"), or "" without a device. */
 const char *mtpq_gpu_name(void);
-/* Measured HBM read bandwidth of device 0 in GB/s (kernels/hbm.cu): the
- * best of 5 timed passes of a 16-byte-load streaming read over 4 GiB. */
-enum mtpq_status mtpq_gpu_read_gbps(double *gbps, struct mtpq_err *err);
 
 /* Same contract as mtpq_quantize() for formats with has_gpu set: copies the
  * host input to the device, runs the kernels, copies the result back. */

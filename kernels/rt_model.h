@@ -22,7 +22,7 @@ struct lin {
   float s;                     /* FP8 weight_scale / NVFP4 weight_scale_2 */
 };
 
-struct mtpq_drafter {
+struct mtpq_rt_model {
   struct mtpq_repo *target, *drafter;
   struct mtpq_model_config cfg;
   int64_t H, Nq, Nkv, D, E, topk, rot;

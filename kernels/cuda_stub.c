@@ -1,36 +1,16 @@
-/* CPU-only build: the GPU entry points exist and say why they cannot run. */
+/* CPU-only build of the runtime's CUDA backend: its entry points exist and
+ * say why they cannot run. */
 #ifndef MTPQ_HAVE_CUDA
-#include "kernels/gpu_quant.h"
-
-int mtpq_gpu_available(struct mtpq_err *err) {
-  mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA (MTPQ_CUDA=OFF or no nvcc)");
-  return 0;
-}
-
-const char *mtpq_gpu_name(void) { return ""; }
+#include "kernels/runtime.h"
 
 enum mtpq_status mtpq_gpu_read_gbps(double *gbps, struct mtpq_err *err) {
   *gbps = 0;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
 
-enum mtpq_status mtpq_gpu_quantize(enum mtpq_format fmt, const void *bf16, int64_t rows,
-                                   int64_t cols, const struct mtpq_quant_opts *o,
-                                   struct mtpq_qtensor *out, struct mtpq_err *err) {
-  (void)fmt, (void)bf16, (void)rows, (void)cols, (void)o, (void)out;
-  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
-}
-
-enum mtpq_status mtpq_gpu_quant_bench(enum mtpq_format fmt, const void *bf16, int64_t rows,
-                                      int64_t cols, const struct mtpq_quant_opts *o, int iters,
-                                      struct mtpq_gpu_bench *t, struct mtpq_err *err) {
-  (void)fmt, (void)bf16, (void)rows, (void)cols, (void)o, (void)iters, (void)t;
-  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
-}
-
 #include "kernels/runtime_cuda.h"
 
-enum mtpq_status mtpq__cuda_session_open(const struct mtpq_drafter *d, int64_t max_pos, int window, int nseq,
+enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *d, int64_t max_pos, int window, int nseq,
                                          void **out, struct mtpq_err *err) {
   (void)d, (void)max_pos, (void)window, (void)nseq;
   *out = NULL;
@@ -66,5 +46,5 @@ enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, flo
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
 #else
-typedef int mtpq_gpu_stub_unused; /* ISO C forbids an empty translation unit */
+typedef int mtpq_cuda_stub_unused; /* ISO C forbids an empty translation unit */
 #endif

@@ -2,7 +2,7 @@
  * step is this count over the HBM read bandwidth (issue 7). Counted from the
  * loaded tensors so it follows whatever formats the repo holds. */
 #include "kernels/runtime.h"
-#include "kernels/runtime_model.h"
+#include "kernels/rt_model.h"
 
 static int64_t lin_bytes(const struct lin *L) {
   if (!L->w) return 0;
@@ -15,11 +15,11 @@ static int64_t lin_bytes(const struct lin *L) {
   return 0;
 }
 
-int64_t mtpq_drafter_step_bytes(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes) {
-  return mtpq_drafter_step_bytes_batch(d, context, kv_elem_bytes, 1);
+int64_t mtpq_rt_model_step_bytes(const struct mtpq_rt_model *d, int64_t context, int kv_elem_bytes) {
+  return mtpq_rt_model_step_bytes_batch(d, context, kv_elem_bytes, 1);
 }
 
-int64_t mtpq_drafter_step_bytes_batch(const struct mtpq_drafter *d, int64_t context, int kv_elem_bytes, int batch) {
+int64_t mtpq_rt_model_step_bytes_batch(const struct mtpq_rt_model *d, int64_t context, int kv_elem_bytes, int batch) {
   int64_t b = 0; /* read once for the batch: norm weights (a few KB) are left out */
   const struct lin *dense[] = {&d->fc, &d->q, &d->k, &d->v, &d->o, &d->router, &d->seg, &d->sg, &d->su, &d->sd};
   for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) b += lin_bytes(dense[i]);
