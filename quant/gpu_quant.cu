@@ -15,16 +15,10 @@
 #include <vector>
 
 extern "C" {
+#include "io/cuda_status.h"
 #include "quant/gpu_quant.h"
 }
 
-#define MTPQ_CUDA_CHECK(stmt, err)                                                      \
-  do {                                                                                  \
-    cudaError_t e_ = (stmt);                                                            \
-    if (e_ != cudaSuccess)                                                              \
-      return mtpq_err_set(err, MTPQ_E_GPU, "%s:%d: %s failed: %s", __FILE__, __LINE__, #stmt, \
-                          cudaGetErrorString(e_));                                      \
-  } while (0)
 
 // ---- amax -------------------------------------------------------------------
 
@@ -224,12 +218,12 @@ static enum mtpq_status job_alloc(struct job *j, const void *bf16, struct mtpq_e
   j->cols16 = j->fmt == MTPQ_FMT_NVFP4 ? (j->cols + 15) / 16 * 16 : j->cols;
   j->data_bytes = j->fmt == MTPQ_FMT_NVFP4 ? (size_t)(j->rows * j->cols16 / 2) : j->n;
   j->scale_bytes = j->fmt == MTPQ_FMT_NVFP4 ? (size_t)(j->rows * j->cols16 / 16) : 0;
-  MTPQ_CUDA_CHECK(cudaMalloc(&j->x, std::max<size_t>(j->n * 2, 16)), err);
-  MTPQ_CUDA_CHECK(cudaMalloc(&j->amax, sizeof(unsigned int)), err);
-  MTPQ_CUDA_CHECK(cudaMalloc(&j->data, std::max<size_t>(j->data_bytes, 16)), err);
-  MTPQ_CUDA_CHECK(cudaMalloc(&j->scales, std::max<size_t>(j->scale_bytes, 16)), err);
-  MTPQ_CUDA_CHECK(cudaMalloc(&j->scale, sizeof(float)), err);
-  MTPQ_CUDA_CHECK(cudaMemcpy(j->x, bf16, j->n * 2, cudaMemcpyHostToDevice), err);
+  MTPQ_CUDA_TRY(cudaMalloc(&j->x, std::max<size_t>(j->n * 2, 16)), err);
+  MTPQ_CUDA_TRY(cudaMalloc(&j->amax, sizeof(unsigned int)), err);
+  MTPQ_CUDA_TRY(cudaMalloc(&j->data, std::max<size_t>(j->data_bytes, 16)), err);
+  MTPQ_CUDA_TRY(cudaMalloc(&j->scales, std::max<size_t>(j->scale_bytes, 16)), err);
+  MTPQ_CUDA_TRY(cudaMalloc(&j->scale, sizeof(float)), err);
+  MTPQ_CUDA_TRY(cudaMemcpy(j->x, bf16, j->n * 2, cudaMemcpyHostToDevice), err);
   return MTPQ_OK;
 }
 
@@ -239,7 +233,7 @@ static enum mtpq_status job_launch(struct job *j, const struct mtpq_quant_opts *
   const int T = 256;
   float group = o->group_amax;
   if (group < 0) {
-    MTPQ_CUDA_CHECK(cudaMemsetAsync(j->amax, 0, sizeof(unsigned int)), err);
+    MTPQ_CUDA_TRY(cudaMemsetAsync(j->amax, 0, sizeof(unsigned int)), err);
     amax_kernel<<<grid_for(j->n / 8 + 1, T), T>>>(j->x, j->n, j->amax);
   }
   if (j->fmt == MTPQ_FMT_NVFP4) {
@@ -259,7 +253,7 @@ static enum mtpq_status job_launch(struct job *j, const struct mtpq_quant_opts *
                                            j->amax, group, fp8_recipe_of(j->fmt), (int)o->arith,
                                            reinterpret_cast<uint2 *>(j->data), j->data, j->scale);
   }
-  MTPQ_CUDA_CHECK(cudaGetLastError(), err);
+  MTPQ_CUDA_TRY(cudaGetLastError(), err);
   return MTPQ_OK;
 }
 
@@ -337,8 +331,8 @@ extern "C" enum mtpq_status mtpq_gpu_quantize(enum mtpq_format fmt, const void *
 template <typename F>
 static enum mtpq_status time_median(F fn, int iters, double *out, struct mtpq_err *err) {
   cudaEvent_t e0, e1;
-  MTPQ_CUDA_CHECK(cudaEventCreate(&e0), err);
-  MTPQ_CUDA_CHECK(cudaEventCreate(&e1), err);
+  MTPQ_CUDA_TRY(cudaEventCreate(&e0), err);
+  MTPQ_CUDA_TRY(cudaEventCreate(&e1), err);
   std::vector<float> ms;
   enum mtpq_status st = MTPQ_OK;
   for (int w = 0; !st && w < 3; w++) st = fn();
@@ -388,12 +382,12 @@ extern "C" enum mtpq_status mtpq_gpu_quant_bench(enum mtpq_format fmt, const voi
           const int T = 256;
           cudaMemsetAsync(j.amax, 0, sizeof(unsigned int));
           amax_kernel<<<grid_for(j.n / 8 + 1, T), T>>>(j.x, j.n, j.amax);
-          MTPQ_CUDA_CHECK(cudaGetLastError(), err);
+          MTPQ_CUDA_TRY(cudaGetLastError(), err);
           return MTPQ_OK;
         }, iters, &t->amax, err);
   if (!st)
     st = time_median([&]() -> enum mtpq_status {
-          MTPQ_CUDA_CHECK(cudaMemcpyAsync(copy, j.x, j.n * 2, cudaMemcpyDeviceToDevice), err);
+          MTPQ_CUDA_TRY(cudaMemcpyAsync(copy, j.x, j.n * 2, cudaMemcpyDeviceToDevice), err);
           return MTPQ_OK;
         }, iters, &t->copy, err);
   cudaFree(copy);

@@ -8,8 +8,8 @@
 // kernel's time after its wait goes). A step graph's kernel node keeps its
 // grid id from one replay to the next, so tests/bench/timeline.py splits a
 // grid's records into the call's steps by start time.
-// Included by kernels/rt_mv.cuh only; the host side is in runtime_cuda.cu
-// (MTPQ_CUDA_TL_FILE).
+// The host side is in session.cu and step.cu (MTPQ_CUDA_TL_FILE names the
+// CSV file each draft call writes; tests/bench/timeline.py reads it).
 #pragma once
 #include <stdint.h>
 
@@ -20,9 +20,11 @@ struct rt_tl_rec {
 };
 
 #ifdef MTPQ_TIMELINE
-__device__ rt_tl_rec *rt_tl_buf;   // set by the host (cudaMemcpyToSymbol)
-__device__ unsigned int rt_tl_cap; // records it holds
-__device__ unsigned int rt_tl_n;   // records taken (the host zeroes it before a call)
+// defined once, in session.cu; the timeline build compiles with relocatable
+// device code so that every kernel family's file shares them
+extern __device__ rt_tl_rec *rt_tl_buf;   // set by the host (cudaMemcpyToSymbol)
+extern __device__ unsigned int rt_tl_cap; // records it holds
+extern __device__ unsigned int rt_tl_n;   // records taken (the host zeroes it before a call)
 
 __device__ __forceinline__ unsigned long long rt_tl_now() {
   unsigned long long t;

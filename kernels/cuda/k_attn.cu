@@ -1,177 +1,17 @@
-// The CUDA drafter runtime's other kernels (included by kernels/runtime_cuda.cu
-// only): embedding + norms (and the optional L2 prefetch), attention split
-// over the context (cached K/V rows copied to shared memory asynchronously,
-// the launch's own keys normed and roped and written to the cache with their
-// values; flash-decoding partials, then a combine that applies the output
-// gate), routing (softmax + top-k, a warp
-// per 512 experts of a token), SwiGLU, the residual + final norm, and the
-// feedback of the argmax into the next step. Every kernel takes the tokens
-// of one launch (blockIdx over tokens) and reads positions, sequences and
-// token ids from device memory, so a CUDA graph of the step does not depend
-// on them.
-#pragma once
-#include "kernels/rt_mma.cuh"
-#include "kernels/rt_mv.cuh"
+// Attention of the draft step over the drafter's KV cache, split over the
+// context (flash-decoding): k_attn scores a split's cached K/V rows (copied
+// to shared memory asynchronously) against the query heads, after norming
+// and roping the launch's own keys and writing them and their values to
+// the cache; k_attn_combine merges the splits' partials and applies the
+// output gate. Every kernel reads positions and sequences from device
+// memory, so a CUDA graph of the step does not depend on them.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/backend.cuh"
+#include "kernels/cuda/mma.cuh"
 extern "C" {
 #include "kernels/rope.h"
 }
-
-// max (op 0) or sum (op 1) of v over the block's nw <= 8 warps, returned to
-// every thread; sh: 9 floats of shared memory. A butterfly within each warp,
-// then one over the warps' partials (the missing ones the identity) in warp
-// 0, published through sh[8]; nw == 1: the warp's butterfly alone, no barrier.
-__device__ __forceinline__ float rt_block_reduce(float v, int op, int nw, float *sh) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    v = op ? v + u : fmaxf(v, u);
-  }
-  if (nw == 1) return v;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < nw ? sh[threadIdx.x] : op ? 0.0f : -INFINITY;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float u = __shfl_xor_sync(0xFFFFFFFFu, t, o);
-      t = op ? t + u : fmaxf(t, u);
-    }
-    if (threadIdx.x == 0) sh[8] = t;
-  }
-  __syncthreads();
-  return sh[8];
-}
-
-__device__ float rt_block_sum(float v) { // blockDim.x == 256
-  __shared__ float sh[9];
-  return rt_block_reduce(v, 1, 8, sh);
-}
-
-__device__ float rt_block_max(float v) { // blockDim.x == 256
-  __shared__ float sh[9];
-  return rt_block_reduce(v, 0, 8, sh);
-}
-
-#define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
-// The norm kernels (k_prep, k_norm, k_add_norm, k_final) are templates on
-// NX: n == NX exactly (a multiple of 256; the host launches such an
-// instance for the 80B shape's 2,048) or any n up to 256 * RT_NQ (NX 0).
-// With NX the bounds checks fold away and a thread keeps NX / 256 values:
-// the general instances' loads, each followed by its own bounds select,
-// reached the SASS as a load, a use, a load... and a warp issues in order,
-// so k_final's three inputs landed in seven round trips one after another
-// (4 us after its wait in the per-block timeline; RESULTS.md, seventeenth
-// round)
-#define RT_NQX(NX) ((NX) ? (NX) / 256 : RT_NQ)
-// Their launch bounds: blockDim 256 (without, ptxas plans for 1,024 threads
-// and 64 registers, and the exact instance reused registers between loads as
-// above), at least 2 blocks an SM for the general ones (at most 128
-// registers; they would take 255 and so an SM of their own)
-#define RT_NORM_MINB(NX) ((NX) ? 1 : 2)
-
-// A norm kernel's n: NX where the instance has one; and blockDim 256, so
-// that with n == NX the bounds checks fold
-template <int NX> __device__ __forceinline__ int rt_norm_n(int n) {
-  __builtin_assume(threadIdx.x < 256);
-  return NX ? NX : n;
-}
-
-// a row element as float: float as is, a BF16 value (its 16 bits) widened
-__device__ __forceinline__ float rt_f32(float x) { return x; }
-__device__ __forceinline__ float rt_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-
-// v[q] = x[tid + 256 q] for the n values (0 past n), x float or BF16 bits;
-// the addresses clamped and the values selected after all the loads, so
-// that with n a constant (NX) there is nothing but the loads between them
-template <int NQ, typename T> __device__ __forceinline__ void rt_ld_row(const T *x, int n, float (&v)[NQ]) {
-#pragma unroll
-  for (int q = 0; q < NQ; q++) v[q] = rt_f32(x[min((int)threadIdx.x + 256 * q, n - 1)]);
-#pragma unroll
-  for (int q = 0; q < NQ; q++) v[q] = (int)threadIdx.x + 256 * q < n ? v[q] : 0.0f;
-}
-
-// w1[q] = 1 + w[tid + 256 q]: a norm's weights, constant, so its kernel
-// loads them before waiting for the kernel before (one memory latency less
-// after the wait; the same 1 + w as computed after it before)
-template <int NQ> __device__ __forceinline__ void rt_norm_w(const float *w, int n, float (&w1)[NQ]) {
-#pragma unroll
-  for (int q = 0; q < NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    w1[q] = i < n ? 1.0f + w[i] : 0.0f;
-  }
-}
-
-// y = v / rms(v) * w1 (w1 from rt_norm_w) for the block's n values, thread
-// tid holding v[q] = value tid + 256 q: the values were loaded all at once
-// (one memory latency, not one per element)
-template <int NQ>
-__device__ void rt_zcnorm_regs(const float (&v)[NQ], const float (&w1)[NQ], int n, float eps, float *y,
-                               __nv_bfloat16 *pb = nullptr) {
-  float ss = 0;
-#pragma unroll
-  for (int q = 0; q < NQ; q++) ss += v[q] * v[q];
-  const float r = rsqrtf(rt_block_sum(ss) / n + eps);
-#pragma unroll
-  for (int q = 0; q < NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    if (i < n) {
-      const float o = v[q] * r * w1[q];
-      y[i] = o;
-      if (pb) rt_split3<__nv_bfloat16>(o, pb[i], pb[n + i], pb[2 * n + i]); // (pb: see k_final)
-    }
-  }
-}
-
-// y = x / rms(x) * w1, one block of 256 (y may be x)
-template <int NQ> __device__ void rt_zcnorm(const float *x, const float (&w1)[NQ], int n, float eps, float *y) {
-  float v[NQ];
-  rt_ld_row(x, n, v);
-  rt_zcnorm_regs(v, w1, n, eps, y);
-}
-
-// Blocks (t, 0) and (t, 1), t < n: c[t] = [norm(embed[tok]), norm(hidden)],
-// and the argmax key cleared.
-template <int NX>
-__global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
-    k_prep(const uint8_t *embed, const int *tok, const float *hid, int H, const float *ne, const float *nh, float eps,
-           float *c, unsigned long long *best, int n) {
-  RT_TL_START();
-  rt_trigger();
-  constexpr int NQ = RT_NQX(NX);
-  H = rt_norm_n<NX>(H);
-  float w1[NQ]; // this block's norm weights (block y 0: the embedding's, 1: the hidden state's)
-  rt_norm_w(blockIdx.y ? nh : ne, blockIdx.x < n ? H : 0, w1);
-  rt_wait(); // tok, pos and hid may come from the previous step's last kernel
-  const int t = blockIdx.x;
-  if (t >= n) { RT_TL_END(); return; }
-  if (blockIdx.y == 1) { // the two norms in two blocks: neither waits for the other
-    rt_zcnorm(hid + (int64_t)t * H, w1, H, eps, c + (int64_t)t * 2 * H + H);
-    RT_TL_END();
-    return;
-  }
-  const uint16_t *e = reinterpret_cast<const uint16_t *>(embed) + (int64_t)tok[t] * H;
-  float v[NQ];
-  rt_ld_row(e, H, v);
-  RT_TL_MID(1, rt_tl_dep(v)); // the embedding row landed
-  rt_zcnorm_regs(v, w1, H, eps, c + (int64_t)t * 2 * H);
-  if (threadIdx.x == 0) best[t] = 0;
-  RT_TL_END();
-}
-
-template <int NX>
-__global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
-    k_norm(const float *x, const float *w, int n, float eps, float *y) {
-  RT_TL_START();
-  rt_trigger();
-  constexpr int NQ = RT_NQX(NX);
-  n = rt_norm_n<NX>(n);
-  float w1[NQ];
-  rt_norm_w(w, n, w1);
-  rt_wait();
-  rt_zcnorm(x + (int64_t)blockIdx.x * n, w1, n, eps, y + (int64_t)blockIdx.x * n);
-  RT_TL_END();
-}
-
-#define RT_CS 32 // cached positions per attention block
 
 // A head norm's constants for one lane: its weights (columns lane + 32 q)
 // and the RoPE cosine and sine of its rotated pairs (lane + 32 q) at one
@@ -240,19 +80,6 @@ __device__ __forceinline__ void rt_cp_commit() { asm volatile("cp.async.commit_g
 // until at most N of this thread's committed groups are still in flight
 template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// Shared memory of k_attn, in floats: query heads, (RING 2 at G = 8, D =
-// 256: the 8 warps' partial scores, which otherwise meet in the query heads'
-// place), the split's K and V rows in BF16 as cached (each row padded by 8
-// values, 16 bytes, so that 8 lanes reading 8 rows at one column hit
-// distinct banks), scores, a warp's float row (this launch's keys, normed
-// and roped before they are rounded), (RING 2: the running maxima, sums,
-// factors and outputs, and the keys' norm constants: rt_head_consts' 16 + 2
-// x 8 floats a lane, 1,024)
-__host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
-  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + (int64_t)RT_CS * (D + 8) +
-         (int64_t)G * RT_CS + 8 * (int64_t)D + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
 }
 
 // grid (X, Nkv, tokens), 256 threads, rt_attn_smem floats of shared memory,
@@ -757,250 +584,77 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   RT_TL_END();
 }
 
-// y += x0; y2 = norm(y)
-template <int NX> __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
-    k_add_norm(float *y, const float *x0, const float *w, int n, float eps, float *y2) {
-  RT_TL_START();
-  rt_trigger();
-  constexpr int NQ = RT_NQX(NX);
-  n = rt_norm_n<NX>(n);
-  float w1[NQ];
-  rt_norm_w(w, n, w1);
-  rt_wait();
-  const int64_t o = (int64_t)blockIdx.x * n;
-  // every load before the first store: with a store between them each load
-  // waited for the one before (y and x0 may alias as far as the compiler
-  // knows), eight L2 round trips in turn; 3.2 -> 2.8-2.9 us after the wait
-  // in the per-block timeline (tests/bench/RESULTS.md, sixteenth round);
-  // through rt_ld_row the SASS keeps that order too (ldchain.py: no load
-  // after a store; before, 17 y loads came after the stores of slots 1, 2)
-  float v[NQ], v2[NQ];
-  rt_ld_row(y + o, n, v);
-  rt_ld_row(x0 + o, n, v2);
-#pragma unroll
-  for (int q = 0; q < NQ; q++) v[q] += v2[q];
-  RT_TL_MID(1, rt_tl_dep(v) + rt_tl_dep(w1)); // its inputs and norm weights landed
-#pragma unroll
-  for (int q = 0; q < NQ; q++) {
-    const int i = threadIdx.x + 256 * q;
-    if (i < n) y[o + i] = v[q];
+
+// ---- launches ----
+
+// k_attn's instance for a launch at RING 0 or 2: the 80B shape's own (G =
+// 8, D = 256; at RING 2 on tensor cores) or the generic one; attn_ring_grid
+// sizes the grid for the one the step launches
+static decltype(&k_attn<0, 0, 0, 0>) attn_kernel(const gpu_session *g, int ring) {
+  const bool a8 = g->d->Nq / g->d->Nkv == 8 && g->d->D == 256;
+  if (ring) return a8 ? k_attn<8, 256, 2, 1> : k_attn<0, 0, 2, 0>;
+  return a8 ? k_attn<8, 256, 0, 0> : k_attn<0, 0, 0, 0>;
+}
+
+// k_attn's blocks (RING 2) where their shared memory fits: attn_x
+// blocks per (KV head, token), so that one token's blocks fill the SMs once
+// (a launch of n tokens runs n of those); else RING 0
+static void attn_ring_grid(gpu_session *g, int dev) {
+  const struct mtpq_rt_model *d = g->d;
+  const int G = (int)(d->Nq / d->Nkv), D = (int)d->D, smem = (int)(rt_attn_smem(G, D, 2) * 4);
+  auto *k = attn_kernel(g, 2);
+  int room = 0, per = 0;
+  if (cudaDeviceGetAttribute(&room, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || smem > room ||
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, 256, smem) != cudaSuccess || per < 1) {
+    cudaGetLastError(); // (no room: the kernel of a block per split)
+    return;
   }
-  rt_zcnorm_regs(v, w1, n, eps, y2 + o);
-  RT_TL_END();
+  const int force = g->tune.attn_x; // (tests: a few blocks, each over many splits)
+  const int64_t x = force > 0 ? force : ((int64_t)g->sms * per + d->Nkv - 1) / d->Nkv;
+  g->attn_x = (int)(x < g->nsplit ? x : g->nsplit);
+  g->attn_per = per;
 }
 
-// bytes of a matrix's weights (NVFP4: without its block scales)
-__host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
-  return L.f == 0 ? L.rows * L.cols * 2 : L.f == 1 ? L.rows * L.cols : L.rows * L.cols / 2;
+// RING 2's blocks per (KV head, token) at a launch of n tokens: attn_x (a
+// wave per token), and at 2..8 tokens one wave for the launch, each block
+// over several splits (a wave per token made a launch of n tokens n waves;
+// ledger 12)
+static int attn_blocks(const gpu_session *g, int n) {
+  if (n < 2 || !g->attn_x) return g->attn_x;
+  const int64_t x = (int64_t)g->sms * g->attn_per / ((int64_t)g->d->Nkv * n);
+  return (int)(x < 1 ? 1 : x < g->attn_x ? x : g->attn_x);
 }
 
-#define RT_RPT 16 // router logits per thread in k_route (E <= RT_RPT * 256)
 
-// the largest 64-bit key over a warp (every lane gets it): the high words'
-// maximum, then the low words' among the lanes holding that high word
-__device__ __forceinline__ unsigned long long rt_warp_max_key(unsigned long long k) {
-  const unsigned hi = __reduce_max_sync(0xFFFFFFFFu, (unsigned)(k >> 32));
-  const unsigned lo = __reduce_max_sync(0xFFFFFFFFu, (unsigned)(k >> 32) == hi ? (unsigned)k : 0u);
-  return (unsigned long long)hi << 32 | lo;
+// Shared memory for the block-per-split instances, then the ring's grid
+// where its shared memory fits (tune attn_ring=0: never), and which
+// k_attn_combine instance the partials need
+enum mtpq_status attn_setup(gpu_session *g, int dev, struct mtpq_err *err) {
+  const struct mtpq_rt_model *d = g->d;
+  const int attn_smem = (int)(rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D, 0) * 4);
+  if (cudaFuncSetAttribute(k_attn<0, 0, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess ||
+      cudaFuncSetAttribute(k_attn<8, 256, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess)
+    return mtpq_err_set(err, MTPQ_E_GPU, "cannot give the attention kernel its shared memory");
+  g->attn_x = 0;
+  if (g->tune.attn_ring) attn_ring_grid(g, dev); // (0: a block per split)
+  // the ring merges a block's splits into one partial: at most attn_x a head
+  g->comb4 = (g->attn_x ? g->attn_x : g->nsplit) > 256;
+  return MTPQ_OK;
 }
 
-// a[] sorted largest first in place (bitonic network: N a power of two,
-// every index fixed at compile time so that a stays in registers)
-template <int N> __device__ __forceinline__ void rt_sort_desc(unsigned long long (&a)[N]) {
-#pragma unroll
-  for (int k = 2; k <= N; k <<= 1)
-#pragma unroll
-    for (int j = k >> 1; j > 0; j >>= 1)
-#pragma unroll
-      for (int i = 0; i < N; i++) {
-        const int l = i ^ j;
-        if (l > i) {
-          const unsigned long long x = a[i], y = a[l];
-          const bool sw = (i & k) == 0 ? x < y : x > y; // runs of k: largest first where i & k is 0
-          a[i] = sw ? y : x, a[l] = sw ? x : y;
-        }
-      }
-}
-
-// grid (blocks, tokens), 32 * ceil(E / 512) threads: softmax over E router
-// logits, top-K (ties to the lower expert), optional renormalisation; slot K
-// gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
-// in registers (at E <= 512 one warp, the order of its sums as before); a
-// round of the K is a maximum of 64-bit keys (numerator, expert) over the
-// warp's sorted lists (one warp), or over the thread's registers and the
-// block (E > 512). With its selection spread over 16 warps, a key a thread,
-// the routing took as long as with one (6.5-7.8 us after its wait; tried,
-// not kept: tests/bench/RESULTS.md, sixteenth round). The chosen numerator
-// comes back out of the key (p >= 0). One block a token.
-__global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
-                        float *wsel) {
-  RT_TL_START();
-  __shared__ int chosen[RT_TMAX];
-  __shared__ float cval[RT_TMAX];
-  __shared__ float fsh[9];
-  __shared__ unsigned long long ksh[8];
-  rt_trigger();
-  rt_wait();
-  const int t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x, nw = nt >> 5;
-  const float *l = logits + (int64_t)t * E;
-  float p[RT_RPT];
-  float m = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < RT_RPT; i++) {
-    const int e = tid + nt * i;
-    p[i] = e < E ? l[e] : -INFINITY;
-    m = fmaxf(m, p[i]);
-  }
-  m = rt_block_reduce(m, 0, nw, fsh);
-  RT_TL_MID(1, m); // the logits landed, their maximum
-  // the numerators without a branch per logit (the disassembly had one
-  // around each exponential and each division, so a lane's 16 ran one
-  // after another: ~2 us in the per-block timeline): a logit past E is
-  // -inf, its exponential 0, and adding it changes no sum
-  float s = 0;
-#pragma unroll
-  for (int i = 0; i < RT_RPT; i++) s += (p[i] = expf(p[i] - m));
-  s = rt_block_reduce(s, 1, nw, fsh);
-  // keys of the numerators, not of the probabilities p / s: one division by
-  // s > 0 keeps their order, so only the K chosen are divided (after the
-  // rounds; the same quotients). The one difference: two numerators whose
-  // quotients round to one value were taken by index, now by size
-  unsigned long long key[RT_RPT];
-#pragma unroll
-  for (int i = 0; i < RT_RPT; i++) {
-    const int e = tid + nt * i;
-    const unsigned long long k = rt_argmax_key(p[i], (uint32_t)e);
-    key[i] = e < E ? k : 0;
-  }
-  RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
-  if (nw == 1) {
-    // One warp (E <= 512): each lane's keys sorted once, largest first, so
-    // a round is one maximum over the lanes' first keys and a shift in the
-    // lane that held it, ~45 instructions where a tree over the lane's 16
-    // keys, two dependent warp reductions and a clear took ~145. The step
-    // measured no faster for it (H200, tests/bench/RESULTS.md, eighteenth
-    // round): kept as the form the whole gpu suite ran. Only where two
-    // lanes' first keys share the high word (equal numerators) is the low
-    // word (the lower expert) reduced too. The same choice.
-    rt_sort_desc(key);
-    const int lane = tid & 31;
-    for (int k = 0; k < K; k++) {
-      const uint32_t h = (uint32_t)(key[0] >> 32), hi = __reduce_max_sync(0xFFFFFFFFu, h);
-      unsigned ball = __ballot_sync(0xFFFFFFFFu, h == hi);
-      if (ball & (ball - 1)) {
-        const uint32_t lo = __reduce_max_sync(0xFFFFFFFFu, h == hi ? (uint32_t)key[0] : 0u);
-        ball = __ballot_sync(0xFFFFFFFFu, h == hi && (uint32_t)key[0] == lo);
-      }
-      const bool win = lane == __ffs(ball) - 1; // (one lane)
-      if (win) chosen[k] = (int)(0xFFFFFFFFu - (uint32_t)key[0]), cval[k] = __uint_as_float(h & 0x7FFFFFFFu);
-#pragma unroll
-      for (int i = 0; i < RT_RPT - 1; i++) key[i] = win ? key[i + 1] : key[i]; // (selects, no branch)
-      key[RT_RPT - 1] = win ? 0 : key[RT_RPT - 1];
-    }
-  } else
-    for (int k = 0; k < K; k++) { // (E > 512)
-      // the thread's largest key as a tree (a chain of 16 before), then the
-      // warp's as two single-instruction reductions of the key's halves
-      // (rt_warp_max_key; five shuffle steps of two shuffles before)
-      unsigned long long t8[RT_RPT / 2];
-#pragma unroll
-      for (int i = 0; i < RT_RPT / 2; i++) t8[i] = key[2 * i] > key[2 * i + 1] ? key[2 * i] : key[2 * i + 1];
-#pragma unroll
-      for (int h = RT_RPT / 4; h > 0; h >>= 1)
-#pragma unroll
-        for (int i = 0; i < h; i++) t8[i] = t8[i] > t8[i + h] ? t8[i] : t8[i + h];
-      unsigned long long best = rt_warp_max_key(t8[0]);
-      __syncthreads(); // (several warps: E > 512)
-      if ((tid & 31) == 0) ksh[tid >> 5] = best;
-      __syncthreads();
-      for (int w = 0; w < nw; w++) best = ksh[w] > best ? ksh[w] : best;
-      const int e = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
-      const float v = __uint_as_float((uint32_t)(best >> 32) & 0x7FFFFFFFu); // the key of p >= 0
-#pragma unroll
-      for (int i = 0; i < RT_RPT; i++)
-        if (tid + nt * i == e) key[i] = 0;
-      if (tid == 0) chosen[k] = e, cval[k] = v;
-    }
-  // the chosen probabilities, K divisions in parallel; their sum in the
-  // order chosen, as the rounds summed them before
-  __syncthreads();
-  if (tid < K) cval[tid] = cval[tid] / s;
-  __syncthreads();
-  float tot = 0;
-  for (int k = 0; k < K; k++) tot += cval[k];
-  // the choice written once, K threads in parallel, the same quotients v /
-  // tot (thread 0 wrote each weight and then divided it in place: ten
-  // dependent round trips to L2, though the timeline did not show the
-  // routing faster without them)
-  if (tid < K) {
-    sel[t * RT_KST + tid] = chosen[tid];
-    wsel[t * RT_KST + tid] = renorm ? cval[tid] / tot : cval[tid];
-  }
-  if (tid == 0) wsel[t * RT_KST + K] = have_shared ? 1.0f / (1.0f + expf(-z[t])) : 1.0f;
-  RT_TL_END();
-}
-
-// act = silu(g) * u for slots slot0 .. slot0 + nslot - 1 of each of n
-// tokens (S slots a token, len elements of a slot, slot stride st)
-__global__ void k_swiglu(const float *g, const float *u, float *act, int n, int slot0, int nslot, int S, int len,
-                         int64_t st) {
-  RT_TL_START();
-  rt_trigger();
-  rt_wait();
-  for (int64_t i = threadIdx.x + (int64_t)blockIdx.x * blockDim.x; i < (int64_t)n * nslot * len;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = i / len, c = i % len, o = ((r / nslot) * S + slot0 + r % nslot) * st + c;
-    act[o] = rt_silu_mul(g[o], u[o]);
-  }
-  RT_TL_END();
-}
-
-// out = norm(m + w m2 + r2) (routed experts, shared expert weighted by
-// w[t * RT_KST] (sigmoid(shared_expert_gate); 1 when w is NULL), residual),
-// one block per token; with pb, also each output as three BF16 pieces, the
-// cuBLASLt head's x (kernels/rt_lt.cuh: token t's at pb + 3 t n, piece p n
-// values after piece p - 1)
-template <int NX>
-__global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
-    k_final(const float *m, const float *m2, const float *r2, const float *w2, const float *w, int n, float eps,
-            float *out, __nv_bfloat16 *pb) {
-  RT_TL_START();
-  rt_trigger();
-  constexpr int NQ = RT_NQX(NX);
-  n = rt_norm_n<NX>(n);
-  float w1[NQ];
-  rt_norm_w(w, n, w1);
-  rt_wait();
-  const int64_t o = (int64_t)blockIdx.x * n;
-  const float sw = w2 ? w2[blockIdx.x * RT_KST] : 1.0f;
-  float v[NQ], v2[NQ], v3[NQ];
-  rt_ld_row(m + o, n, v);
-  rt_ld_row(m2 + o, n, v2);
-  rt_ld_row(r2 + o, n, v3);
-#pragma unroll
-  for (int q = 0; q < NQ; q++) v[q] = v[q] + sw * v2[q] + v3[q];
-  RT_TL_MID(1, rt_tl_dep(v) + rt_tl_dep(w1)); // its inputs and norm weights landed
-  rt_zcnorm_regs(v, w1, n, eps, out + o, pb ? pb + 3 * o : nullptr);
-  RT_TL_END();
-}
-
-// after the head: token ids for the next draft step, positions + 1, the
-// drafted ids recorded at rec[step * n + t] (step counted on the device)
-__global__ void k_next(const unsigned long long *best, const int64_t *ids, int *tok, int64_t *pos, int *rec,
-                       int *step, int n) {
-  RT_TL_START();
-  rt_trigger();
-  rt_wait();
-  const int t = threadIdx.x;
-  const int s = *step;
-  __syncthreads();
-  if (t < n) {
-    const int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(best[t] & 0xFFFFFFFFu));
-    const int id = (int)(ids ? ids[row] : row);
-    tok[t] = id;
-    pos[t] += 1;
-    rec[s * n + t] = id;
-  }
-  if (t == 0) *step = s + 1;
-  RT_TL_END();
+void attn_launch(gpu_session *g, int n) {
+  const struct mtpq_rt_model *d = g->d;
+  const int Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
+  const int ring = g->attn_x ? 2 : 0, X = attn_blocks(g, n);
+  go(g, true, attn_kernel(g, ring), dim3(ring ? X : g->nsplit, Nkv, n), dim3(256),
+     (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
+     (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
+     (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
+     g->pm, g->pl, ring, g->kv_ef_pos);
+  mark(g, "q, k norm+rope, KV write, attention (splits)");
+  go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
+     (size_t)g->nsplit * 4, (const float *)g->qg, (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq,
+     D, (const int64_t *)g->pos, g->window, g->nsplit, ring ? X : g->nsplit, g->att);
+  mark(g, "attention combine+gate");
 }

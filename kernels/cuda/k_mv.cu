@@ -1,5 +1,4 @@
-// Matrix-vector kernels of the CUDA drafter runtime (included by
-// kernels/runtime_cuda.cu only). A launch runs a list of tasks (blockIdx.y);
+// Matrix-vector kernels of the CUDA drafter runtime (kernels/cuda/k_mv.cu). A launch runs a list of tasks (blockIdx.y);
 // a task computes y[j][r] = sum over its terms of w_term * dot(W_term[r], x_term[j])
 // for nb tokens j sharing the weights, so
 //   - q/k/v, router + shared_expert_gate, gate/up of every routed expert of
@@ -22,191 +21,7 @@
 // per weight). Accumulation is float32;
 // the order of the sums differs from the CPU reference, hence the tolerance
 // the tests state.
-#pragma once
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
-#include <stdint.h>
-
-#include "kernels/rt_tl.cuh"
-
-#define RT_NMAX 8   // tokens per launch
-#define RT_TMAX 17  // terms per task: up to 16 routed experts + the shared expert
-#define RT_KST 64   // stride of the per-token routing arrays
-#define RT_MV_LATE_TRIGGER 1 // k_mv's flags (see k_mv)
-#define RT_MV_SEL_EARLY 2
-#define RT_FLAT 4 // tasks a flat k_mv grid can hold (mv_flat)
-#define RT_MV_FLAT(FMT) ((FMT) == 0 || (FMT) == 1) // the k_mv formats that take a flat grid
-
-struct dlin {
-  int f; // LIN_BF16 / LIN_FP8 / LIN_NVFP4
-  int64_t rows, cols;
-  const uint8_t *w;
-  const uint8_t *sc;
-  float s;
-  float s2; // the odd rows' scale: a routed expert's gate/up pair matrix (rows 2i gate i, 2i + 1 up i)
-            // has the up projection's there; s for every other matrix
-};
-
-struct mv_term {
-  int lin;          // index into the weight table
-  int sel_k;        // >= 0: lin += sel[tok * RT_KST + sel_k] (the routed expert)
-  const float *x;   // input of token 0; token j at x + j * xs
-  const float *w;   // device scalar weighting the term (routing weight), or NULL
-};
-
-struct mv_task {
-  int nterm, nb, tok;
-  int64_t xs, ys;
-  float *y;                   // y[j * ys + r]; NULL with best
-  unsigned long long *best;   // argmax keys per token (the head), or NULL
-  float *logits;              // with best: the logits too, or NULL
-  int glu;                    // rows are (gate, up) pairs: y[j * ys + r / 2] = silu(gate) * up (even R)
-  mv_term t[RT_TMAX];
-};
-
-// Programmatic dependent launch (sm_90): every kernel of a step lets the
-// next one be scheduled at once (rt_trigger) and waits for its predecessor's
-// results (rt_wait) only after the work that needs none of them (task set-up,
-// weight and cache loads); both are no-ops for a kernel launched without the
-// attribute. Nothing is written to global memory before rt_wait: the
-// previous kernel may still be reading it.
-__device__ __forceinline__ void rt_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void rt_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  RT_TL_WAITED();
-}
-
-// A launch's task into shared memory, a word per thread of the block
-// (blockDim 256; a struct copy by one thread went through local memory);
-// the caller syncs
-__device__ __forceinline__ void rt_task_load(const mv_task *src, mv_task &T) {
-  const int *s = reinterpret_cast<const int *>(src);
-  int *d = reinterpret_cast<int *>(&T);
-  for (int i = threadIdx.x; i < (int)(sizeof(mv_task) / 4); i += 256) d[i] = s[i];
-}
-
-// Each of the launch's nb tokens' largest argmax key over the block's 8
-// warps' keys (bb, after a barrier), published with one atomicMax (k_mv's
-// head path, k_head_mma and k_head_dyn)
-template <int NB>
-__device__ __forceinline__ void rt_block_best(const unsigned long long (&bb)[8][NB], int nb, unsigned long long *best) {
-  const int tid = threadIdx.x;
-  if (tid >= nb) return;
-  unsigned long long m = 0;
-  for (int w = 0; w < 8; w++) m = bb[w][tid] > m ? bb[w][tid] : m;
-  if (m) atomicMax(best + tid, m);
-}
-
-// silu(g) * u, as k_swiglu computes it (the products' gate/up epilogue uses the same)
-__device__ __forceinline__ float rt_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
-__device__ __forceinline__ float rt_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
-// ordered float bits << 32 | ~row: the max key is the largest logit, ties to the lower row
-__device__ __forceinline__ unsigned long long rt_argmax_key(float v, uint32_t row) {
-  uint32_t b = __float_as_uint(v);
-  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
-}
-
-__device__ __forceinline__ float rt_e2m1(int c) {
-  const float m[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float v = m[c & 7];
-  return (c & 8) ? -v : v;
-}
-
-__device__ __forceinline__ float rt_e4m3(uint8_t b) {
-  __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
-  return __half2float(__half(h));
-}
-
-__device__ __forceinline__ float2 rt_e4m3x2(uint16_t two) {
-  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-  return __half22float2(__half2(h));
-}
-
-// The lane's 16 weights at w (16-byte aligned; NVFP4: 8 bytes, and its
-// block scale at sc), raw, streamed once (evict-first). The caller computes
-// w and sc from offsets fixed per row set (the terms of a task share one
-// shape), so a load costs an add, not a 64-bit multiply and divisions.
-template <int F>
-__device__ __forceinline__ void rt_load16(const uint8_t *w, const uint8_t *sc, uint4 *raw, uint8_t *sb) {
-  if (F == 1) { // FP8
-    raw[0] = __ldcs(reinterpret_cast<const uint4 *>(w));
-  } else if (F == 0) { // BF16
-    const uint4 *p = reinterpret_cast<const uint4 *>(w);
-    raw[0] = __ldcs(p);
-    raw[1] = __ldcs(p + 1);
-  } else { // NVFP4
-    uint2 v = __ldcs(reinterpret_cast<const uint2 *>(w));
-    raw[0] = make_uint4(v.x, v.y, 0, 0);
-    *sb = __ldcs(sc);
-  }
-}
-
-// NVFP4 weights (k, k + 4) of the 8 in word q (element e in bits 4e..4e+3)
-// as the half pair value * 2^-14, built from their bits alone: the nibble's
-// sign to bit 15, its exponent and mantissa (e1 e0 m) to bits 11..9. A half
-// with exponent field e and mantissa m * 512 is 2^(e-15) (1 + m/2) for e > 0
-// and m * 2^-15 for e == 0, which is the E2M1 value times 2^-14 in both cases
-// (subnormal included), so no table and no per-nibble branch.
-template <int K> __device__ __forceinline__ __half2 rt_e2m1x2_biased(uint32_t q) {
-  const uint32_t t = q << (12 - 4 * K);
-  const uint32_t h = (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
-  return *reinterpret_cast<const __half2 *>(&h); // (a __half2_raw built from the halves costs a PRMT and a shift)
-}
-
-// the two BF16 values of a 32-bit word (element 0 in the low half), widened
-// (BF16 weights here, the BF16 K/V cache rows in k_attn)
-__device__ __forceinline__ float2 rt_bf16x2(uint32_t u) {
-  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
-}
-
-template <int F>
-__device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float *w) {
-  if (F == 1) {
-    const uint32_t u[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      float2 a = rt_e4m3x2((uint16_t)(u[i] & 0xFFFF)), b = rt_e4m3x2((uint16_t)(u[i] >> 16));
-      w[4 * i] = a.x, w[4 * i + 1] = a.y, w[4 * i + 2] = b.x, w[4 * i + 3] = b.y;
-    }
-  } else if (F == 0) {
-    const uint32_t u[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const float2 f = rt_bf16x2(u[i]);
-      w[2 * i] = f.x, w[2 * i + 1] = f.y;
-    }
-  } else {
-    // w = E2M1 * E4M3 block scale * 2^-14, exact: the product has at most 6
-    // significant bits and lies in [2^-24, 6 * 448 * 2^-14], all of which half
-    // holds (its lowest bit, 2^-24, is the half subnormal step), so one HMUL2
-    // per pair; rt_terms puts the 2^14 back into the term weight (a power of
-    // two: the block sums are the unscaled ones times 2^-14, bit for bit,
-    // while |w x| stays above float's subnormal range)
-    const __half2 s = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)sb, __NV_E4M3)));
-    const uint32_t u[2] = {raw[0].x, raw[0].y};
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      float2 f;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<0>(u[i]), s)), w[8 * i] = f.x, w[8 * i + 4] = f.y;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<1>(u[i]), s)), w[8 * i + 1] = f.x, w[8 * i + 5] = f.y;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<2>(u[i]), s)), w[8 * i + 2] = f.x, w[8 * i + 6] = f.y;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<3>(u[i]), s)), w[8 * i + 3] = f.x, w[8 * i + 7] = f.y;
-    }
-  }
-}
+#include "kernels/cuda/backend.cuh"
 
 // The terms of a row set (all of one format F and one shape): the lane's
 // chunks are (term, band, row) triples, term then band major, issued UU at
@@ -306,30 +121,6 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
       }
     }
   }
-}
-
-// A k_mv grid of one row (fg.n > 0): task t's row blocks are blocks
-// off[t] .. off[t + 1] - 1, so each task has only the blocks its rows need.
-// The grid (row blocks, tasks) covers the largest task for every task: for
-// q/k/v (8,192, 512 and 512 rows at 5 rows a warp, 80B shape) 615 blocks of
-// which 384 have no rows and still take a block's slot, so the v task's
-// blocks became resident only as the first wave left, ~5 us after the others
-// (per-block timeline, tests/bench/RESULTS.md, sixteenth round); flat: 231.
-struct mv_flat {
-  int n;                 // tasks in the flat grid; 0: the (row blocks, tasks) grid
-  int off[RT_FLAT + 1];  // off[n]: the grid's blocks
-};
-
-// The task of a flat grid's block b (fg.n > 0) and its row blocks' range lo
-// .. hi - 1, as unrolled selects: a parameter indexed at run time would go
-// to local memory (k_mv, and k_dmma's grid rows)
-__device__ __forceinline__ int rt_flat_task(const mv_flat &fg, int b, int &lo, int &hi) {
-  int task = 0;
-  lo = 0, hi = fg.off[1];
-#pragma unroll
-  for (int i = 1; i < RT_FLAT; i++)
-    if (i < fg.n && b >= fg.off[i]) task = i, lo = fg.off[i], hi = fg.off[i + 1];
-  return task;
 }
 
 // blockDim 256 (8 warps, each its own R rows); grid (row blocks, tasks) or flat (fg).
@@ -533,4 +324,146 @@ __global__ void __launch_bounds__(256) k_mv_any(const dlin *tab, const mv_task *
     }
   }
   RT_TL_END();
+}
+
+// ---- launches ----
+
+template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session *g, const mv_launch &m) {
+  static int cap = 0; // per instantiation
+  if (!cap) cap = resident(k_mv<NB, R, U, F, S>);
+  const int64_t rb = 8 / S * R, bx = (m.rows + rb - 1) / rb;
+  mv_flat fg = {};
+  if (RT_MV_FLAT(F) && m.ntask > 1 && m.ntask <= RT_FLAT) {
+    fg = flat_grid(m, rb);
+    const int64_t tot = fg.off[m.ntask];
+    fg.n = tot < bx * m.ntask && tot <= cap ? m.ntask : 0;
+  }
+  const dim3 grid = fg.n ? dim3((unsigned)fg.off[fg.n]) : dim3((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
+  go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
+     (const int *)g->sel, m.fl, fg);
+}
+
+// One token, one row per warp by the wave rule, plain y (fc, o, the routed
+// experts' down, the router, the shared expert's gate/up): instead, sets of
+// S rows, each shared by S warps (k_mv's S = R): the same blocks and the
+// same weight loads per warp, but each band of x a warp loads serves S rows.
+// S: the most of 8, 4, 2 up to MTPQ_CUDA_SPLITK (default 4; 0 or 1 none)
+// that leaves no warp without a (term, band) group; false where this does
+// not apply.
+// 4K batch 1 on the H200: 150.5 -> 144.6 us, fc and o 9.7 -> 7.5 us, the
+// experts' down 12.1 -> 10.0 under ncu (tests/bench/RESULTS.md)
+template <int NB, int R, int S> static void mv_split_run(gpu_session *g, const mv_launch &m) {
+  if constexpr (NB == 1) {
+    switch (m.fmt) {
+    case 0: mv_run<1, R, 8, 0, S>(g, m); break;
+    case 1: mv_run<1, R, 8, 1, S>(g, m); break;
+    default: mv_run<1, R, 8, 2, S>(g, m); break;
+    }
+  } else { // dense FP8/BF16 only (routed tasks are one token each); U: a multiple of R
+    constexpr int U = NB >= 4 ? (R > 4 ? R : 4) : 8;
+    m.fmt == 1 ? mv_run<NB, R, U, 1, S>(g, m) : mv_run<NB, R, U, 0, S>(g, m);
+  }
+}
+
+// r: the rows per warp the wave rule chose (1, or 2 at 2..8 tokens); the
+// launch runs as sets of R = r x S rows, each shared by S warps (the same
+// blocks); instances: those ptxas fits without spills. At 2..8 tokens on the
+// H200 (4K): batch 2 218.8 -> 204.9 us a step, batch 4 and 8 0.7 and 6 us
+// less (tests/bench/RESULTS.md, ninth round)
+template <int NB> static bool mv_split(gpu_session *g, const mv_launch &m, int r) {
+  if (m.best || m.glu || m.fmt < 0 || m.fmt > (NB == 1 ? 2 : 1)) return false;
+  for (int S : {4, 2}) {
+    if (m.groups < S) continue;
+    if constexpr (NB == 1) {
+      if (r != 1) return false;
+      return S == 4 ? mv_split_run<1, 4, 4>(g, m) : mv_split_run<1, 2, 2>(g, m), true;
+    } else {
+      if (r == 1) return S == 4 ? mv_split_run<NB, 4, 4>(g, m) : mv_split_run<NB, 2, 2>(g, m), true;
+      if (r == 2 && S == 2) return mv_split_run<NB, 4, 2>(g, m), true;
+    }
+  }
+  return false;
+}
+
+// U: loads in flight per lane: 128 bytes of weights at one token (NVFP4
+// chunks are 8 bytes, FP8 16, BF16 32 in two loads), less from 2 tokens on
+// (their registers go to the activations; more spills)
+template <int NB, int R> static void mv_go(gpu_session *g, const mv_launch &m) {
+  constexpr int U = R == 5 ? 10 : R == 6 ? 12 : NB >= 4 ? 4 : 8; // (5, 6 rows: two bands a batch)
+  switch (m.fmt) {
+  case 0: mv_run<NB, R, U, 0>(g, m); break;
+  case 1: mv_run<NB, R, U, 1>(g, m); break;
+  case 2:
+    if constexpr (NB == 1 && (R == 5 || R == 6)) mv_run<1, R, U, 2>(g, m);
+    else if constexpr (NB == 1)
+      R < 8 ? mv_run<1, R, 8, 2>(g, m) : mv_run<1, R, 16, 2>(g, m);
+    else mv_run<NB, R, 8, 2>(g, m);
+    break;
+  default: mv_run<NB, R, U, 3>(g, m); break;
+  }
+}
+
+// Blocks a launch needs with R rows per warp
+static int64_t mv_blocks(const mv_launch &m, int R) {
+  int64_t b = 0;
+  for (int64_t r : m.trows) b += (r + 8 * R - 1) / (8 * R);
+  return b;
+}
+
+// A dense FP8/BF16 launch at 2..8 tokens too large for one wave even at 8
+// rows per warp (the head): 8 rows per warp, so each band of x loaded
+// serves 8 rows. At 2 rows per warp (the wave rule's choice) the 2-token
+// head loaded 4 bytes of x through L1 per byte of FP8 weights, and took
+// 144.7 us against 57.5 at one token (ncu, tests/bench/RESULTS.md).
+template <int NB> static void mv_big(gpu_session *g, const mv_launch &m) {
+  // rows per warp, FP8 and BF16: the most ptxas fits without spilling (BF16 at 8 tokens: 40 bytes)
+  constexpr int R1 = NB <= 4 ? 8 : 4, R0 = NB == 4 ? 8 : 4;
+  m.fmt == 1 ? mv_run<NB, R1, 8, 1>(g, m) : mv_run<NB, R0, 8, 0>(g, m);
+}
+
+// 2..8 tokens in one wave: 1 or 2 rows per warp, as row sets shared by
+// warps where mv_split applies
+template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t wave) {
+  const int r = mv_blocks(m, 1) <= wave ? 1 : 2;
+  if (!mv_split<NB>(g, m, r)) r == 1 ? mv_go<NB, 1>(g, m) : mv_go<NB, 2>(g, m);
+}
+
+void mv_ffma_launch(gpu_session *g, const mv_launch &m) {
+  const int NB = nb_slots(m.nbmax);
+  if (!g->fast) {
+    int64_t bx = (m.rows + 7) / 8;
+    go(g, true, k_mv_any, dim3((unsigned)(bx < 4096 ? bx : 4096), (unsigned)m.ntask), dim3(256), 0,
+       (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
+    return;
+  }
+  // the fewest rows per warp (a warp's loads all in flight at once) that
+  // still fit the launch in one wave of resident blocks; beyond that the
+  // grid is persistent and each warp loops over row sets. Allowing a
+  // quarter over the wave left q/k/v a short second wave (3.7 us slower a
+  // step at 4K batch 1); at one token 5 rows per warp put the 80B shape's
+  // q/k/v (9,216 rows) and routed gate/up (20 x 512) in one wave where 4
+  // left a second (under ncu, with rt_terms' addressing: 12.0 -> 11.5 and
+  // 17.4 -> 11.5 us, though the step as a graph did not move;
+  // tests/bench/RESULTS.md)
+  const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1);
+  if (NB > 1 && (m.fmt == 0 || m.fmt == 1) && mv_blocks(m, 8) > wave) {
+    NB == 2 ? mv_big<2>(g, m) : NB == 4 ? mv_big<4>(g, m) : mv_big<8>(g, m);
+    return;
+  }
+  if (m.glu && NB == 1) { // row pairs (routed gate/up, one token a task): the fewest even rows per warp in one wave
+    const int r = mv_blocks(m, 2) <= wave ? 2 : mv_blocks(m, 4) <= wave ? 4 : mv_blocks(m, 6) <= wave ? 6 : 8;
+    r == 2 ? mv_go<1, 2>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 6 ? mv_go<1, 6>(g, m) : mv_go<1, 8>(g, m);
+    return;
+  }
+  switch (NB) {
+  case 1: {
+    const int r = mv_blocks(m, 1) <= wave ? 1 : mv_blocks(m, 4) <= wave ? 4 : mv_blocks(m, 5) <= wave ? 5 : 8;
+    if (r == 1 && mv_split<1>(g, m, 1)) break;
+    r == 1 ? mv_go<1, 1>(g, m) : r == 4 ? mv_go<1, 4>(g, m) : r == 5 ? mv_go<1, 5>(g, m) : mv_go<1, 8>(g, m);
+    break;
+  }
+  case 2: mv_nb<2>(g, m, wave); break;
+  case 4: mv_nb<4>(g, m, wave); break;
+  default: mv_nb<8>(g, m, wave); break;
+  }
 }

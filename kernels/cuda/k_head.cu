@@ -27,100 +27,10 @@
 // piece n is then x's columns c + 4j .. c + 4j + 3 too, read by lane (n, t)
 // from shared memory in natural order. tests/bench/emu_head_mma.py checks
 // this assembly against the PTX layout.
-#pragma once
-#include <cuda_bf16.h>
 #include <type_traits>
-#include "kernels/rt_mma.cuh"
 
-// two E4M3 bytes (the low one first) as an f16 pair, exact
-__device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xFFFF), __NV_E4M3);
-  return (uint32_t)h.x | (uint32_t)h.y << 16;
-}
-
-// The lane's (g = lane / 4, t = lane % 4) weights of bands b0 .. b0 + U - 1
-// of tile tl (16 rows), those below bhi: rows g and g + 8, columns 64 b +
-// 16 t .. + 15, NL 16-byte loads a row and band (FP8 1, BF16 2); zeros past
-// the rows and bands
-template <int F, int U, int NL>
-__device__ __forceinline__ void rt_head_load(const uint8_t *w, size_t rowb, int64_t rows, int64_t tl, int b0, int bhi,
-                                             int g, int t, uint4 (&ra)[U][NL], uint4 (&rb)[U][NL]) {
-  const int64_t r = tl * 16 + g;
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    const int b = b0 + u;
-    const uint4 *p = reinterpret_cast<const uint4 *>(w + (size_t)(b * 64 + t * 16) * (F == 1 ? 1 : 2));
-#pragma unroll
-    for (int h = 0; h < NL; h++) {
-      ra[u][h] = b < bhi && r < rows ? __ldcs(p + (size_t)r * rowb / 16 + h) : make_uint4(0, 0, 0, 0);
-      rb[u][h] = b < bhi && r + 8 < rows ? __ldcs(p + (size_t)(r + 8) * rowb / 16 + h) : make_uint4(0, 0, 0, 0);
-    }
-  }
-}
-
-// One band's products: the lane's weights ra, rb (rows g, g + 8, as
-// rt_head_load left them) as the band's four A fragments, each multiplied
-// by the B pieces of every n-tile (plane[n]: this lane's x plane, -1 none;
-// pc: the planes, ps halves apart) into acc[n]
-template <int F, int NT, int NL, typename H>
-__device__ __forceinline__ void rt_head_band(const uint4 (&ra)[NL], const uint4 (&rb)[NL], const H *pc, int ps,
-                                             const int (&plane)[NT], int band, int t, float (&acc)[NT][4]) {
-  uint32_t a[4][4]; // the band's four A fragments (rows g, g + 8; k slots as the loads)
-  if constexpr (F == 1) {
-    const uint32_t wa[4] = {ra[0].x, ra[0].y, ra[0].z, ra[0].w}, wb[4] = {rb[0].x, rb[0].y, rb[0].z, rb[0].w};
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-      a[j][0] = rt_e4m3x2_h2(wa[j]), a[j][1] = rt_e4m3x2_h2(wb[j]), a[j][2] = rt_e4m3x2_h2(wa[j] >> 16),
-      a[j][3] = rt_e4m3x2_h2(wb[j] >> 16);
-  } else { // a BF16 word is a column pair already
-    const uint32_t wa[8] = {ra[0].x, ra[0].y, ra[0].z, ra[0].w, ra[1].x, ra[1].y, ra[1].z, ra[1].w};
-    const uint32_t wb[8] = {rb[0].x, rb[0].y, rb[0].z, rb[0].w, rb[1].x, rb[1].y, rb[1].z, rb[1].w};
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-      a[j][0] = wa[2 * j], a[j][1] = wb[2 * j], a[j][2] = wa[2 * j + 1], a[j][3] = wb[2 * j + 1];
-  }
-#pragma unroll
-  for (int n = 0; n < NT; n++) {
-    uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0;
-    if (plane[n] >= 0) { // the plane's x columns c .. c + 15
-      const uint4 *p = reinterpret_cast<const uint4 *>(pc + plane[n] * ps + band * 64 + t * 16);
-      q0 = p[0], q1 = p[1];
-    }
-    const uint32_t xb[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-      rt_mma16816<F == 0>(acc[n], a[j][0], a[j][1], a[j][2], a[j][3], xb[2 * j], xb[2 * j + 1]);
-  }
-}
-
-// At one token: the warp's sums of its rows g (s0) and g + 8 (s8) in lane
-// (g, 0), from the MMA's accumulators (column 0 and 1 in lane (g, 0),
-// column 2 in lane (g, 1): token 0's three pieces)
-__device__ __forceinline__ void rt_head_rowsums(const float (&acc)[4], int t, float &s0, float &s8) {
-  const float v0 = t == 0 ? acc[0] + acc[1] : acc[0], v8 = t == 0 ? acc[2] + acc[3] : acc[2];
-  s0 = v0 + __shfl_down_sync(0xFFFFFFFFu, v0, 1), s8 = v8 + __shfl_down_sync(0xFFFFFFFFu, v8, 1);
-}
-
-// Each of the task's nb tokens' x as P pieces of x * 2^s in shared
-// memory (pc: P nb planes of cols + 16 halves; s per token, so that the
-// largest |x| lies in [2^14, 2^15)), and post[j] = ls * 2^-s, the factor of
-// token j's row sums (ls: the FP8 tensor scale, 1 for BF16); after rt_wait,
-// all of the block's threads; ends with a barrier
-template <typename H, int P = 3>
-__device__ __forceinline__ void rt_head_pieces(const mv_task &T, float ls, int cols, H *pc, float *post, float *fsh) {
-  const int ps = cols + 16;
-  for (int j = 0; j < T.nb; j++) {
-    const float *x = T.t[0].x + (int64_t)j * T.xs;
-    float m = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += 256) m = fmaxf(m, fabsf(x[c]));
-    m = rt_block_reduce(m, 0, 8, fsh);
-    const int s = m > 0.0f ? 14 - ilogbf(m) : 0;
-    H *q = pc + (size_t)P * j * ps;
-    for (int c = threadIdx.x; c < cols; c += 256) rt_split_p<H, P>(ldexpf(x[c], s), q + c, ps);
-    if (threadIdx.x == 0) post[j] = ldexpf(ls, -s);
-  }
-  __syncthreads();
-}
+#include "kernels/cuda/backend.cuh"
+#include "kernels/cuda/mma.cuh"
 
 // blockDim 256, one task (the head: T.best, optionally T.logits) of nb <=
 // NB tokens, F = 1 (FP8) or 0 (BF16), cols % 64 == 0; dynamic shared memory:
@@ -339,3 +249,105 @@ __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_t
   }
   RT_TL_END();
 }
+
+// ---- launches ----
+
+// The FP8 or BF16 head on tensor cores where it applies (k_head_mma: one
+// task, cols % 64 == 0, its x pieces within RT_HEAD_SMEM bytes of shared
+// memory). H200, 4K batch 1: mtpq 144.8 -> 139.1 us a step (ncu: the head
+// 57.9 -> 55.5 us); the stock drafter's BF16 head did not move
+// (tests/bench/RESULTS.md, ninth round). At 2..8 tokens the FFMA head's
+// instructions grow with the tokens (k_mv: a conversion per weight, an FMA
+// per weight and token, x per band and token from L1), the MMA's do not
+// until 3 tokens fill its 8 columns. MTPQ_CUDA_HEAD_MMA: 0 none, 1 one token
+// only, 2 (the default) 1..8 tokens (H200, 4K: mtpq batch 2/4/8 201.3 /
+// 725.5 at 1 -> 180.0 / 397.3 us a step, stock 298.5 / 989.9 -> 286.4 /
+// 545.6; tests/bench/RESULTS.md, twelfth round). Streaming the one-token
+// head's weights through the bulk copy engine instead (16-row tiles in
+// shared memory, ~200 KB in flight per SM, all of the first requested before
+// the wait) measured no faster: 55.2 us under ncu against 55.5-57.5, the
+// step 136.9-137.7 vs 136.0 (twelfth round). At one token the tiles now go
+// to the blocks on request (k_head_dyn, kernels/rt_head.cuh), which did move
+// the stock head: 147.6 -> 136 us (nineteenth round).
+#define RT_HEAD_SMEM (110 * 1024)
+
+// the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
+
+// the pieces x takes in an MMA product of format f (1 FP8, 0 BF16) at NB
+// token slots: two f16 pieces for FP8 at 8 (16 MMA columns, not 24: one
+// n-tile fewer; rt_split_p), else three. H200, 4K batch 8: mtpq 265.1 ->
+// 243.4 / 243.6 us a step; at 4 (12 -> 8 columns) 177.7 -> 177.1, no
+// gain, so three stay there (tests/bench/RESULTS.md, twenty-ninth round)
+
+// k_head_mma's dynamic shared memory: NB tokens' P pieces of cols (+ 16 padding) halves
+static size_t head_mma_smem(int NB, int P, int64_t cols) { return (size_t)P * NB * (size_t)(cols + 16) * 2; }
+
+// A head kernel's blocks a launch: as many as its tiles take, at most one
+// wave at the occupancy of its shared memory smem. The attribute goes before
+// the kernel's first launch of any size (a first launch under 48 KB and a
+// later one above it failed at its launch when it was set only for the
+// first); the occupancy is kept per size (without graphs every step
+// launches). One hs per kernel instance.
+struct head_state {
+  bool attr = false;
+  size_t smem = 0;
+  int per = 0;
+};
+template <typename... A>
+static unsigned head_blocks(gpu_session *g, head_state &hs, void (*k)(A...), size_t smem, int64_t blocks) {
+  if (!hs.attr)
+    hs.attr = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)RT_HEAD_SMEM) == cudaSuccess;
+  if (!hs.per || hs.smem != smem) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hs.per, k, 256, smem) != cudaSuccess || hs.per < 1) hs.per = 1;
+    hs.smem = smem;
+  }
+  const int64_t cap = (int64_t)g->sms * hs.per;
+  return (unsigned)(blocks < cap ? blocks : cap);
+}
+
+// k_head_dyn: a block a tile of 16 MT rows at a time (there: why, and what it gained)
+template <int F, int MT> static void head_dyn_run(gpu_session *g, const mv_launch &m, size_t smem) {
+  static head_state hs;
+  const int64_t tiles = (m.rows + 16 * MT - 1) / (16 * MT);
+  go(g, true, k_head_dyn<F, MT>, dim3(head_blocks(g, hs, k_head_dyn<F, MT>, smem, tiles)), dim3(256), smem,
+     (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
+}
+
+template <int F, int NB, int P = 3> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
+  if constexpr (NB == 1) {
+    // (FP8: two m-tiles, so that a warp has two batches a tile, as at BF16)
+    F == 1 ? head_dyn_run<F, 2>(g, m, smem) : head_dyn_run<F, 1>(g, m, smem);
+    return;
+  }
+  static head_state hs;
+  const int64_t tiles = (m.rows + 15) / 16;
+  const unsigned nblk = head_blocks(g, hs, k_head_mma<F, NB, P>, smem, (tiles + 7) / 8);
+  go(g, true, k_head_mma<F, NB, P>, dim3(nblk), dim3(256), smem, (const dlin *)g->lins, (const mv_task *)m.dev,
+     (const int *)g->sel);
+}
+
+template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
+  const int P = mma_pieces(g, m.fmt, NB);
+  const size_t smem = head_mma_smem(NB, P, m.cols);
+  if (m.fmt != 1)
+    head_mma_run<0, NB>(g, m, smem);
+  else if constexpr (NB == 8)
+    P == 2 ? head_mma_run<1, NB, 2>(g, m, smem) : head_mma_run<1, NB>(g, m, smem);
+  else
+    head_mma_run<1, NB>(g, m, smem);
+}
+
+bool head_mma_launch(gpu_session *g, const mv_launch &m) {
+  const int NB = nb_slots(m.nbmax);
+  if (!g->tune.head_mma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
+      head_mma_smem(NB, mma_pieces(g, m.fmt, NB), m.cols) > RT_HEAD_SMEM)
+    return false;
+  switch (NB) {
+  case 1: head_mma_nb<1>(g, m); break;
+  case 2: head_mma_nb<2>(g, m); break;
+  case 4: head_mma_nb<4>(g, m); break;
+  default: head_mma_nb<8>(g, m); break;
+  }
+  return true;
+}
+

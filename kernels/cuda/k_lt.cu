@@ -12,10 +12,10 @@
 // k_head_mma adds its MMA columns. The FP8 products have no such form
 // (cuBLASLt multiplies FP8 weights only by FP8 activations), nor NVFP4 (no
 // kernel for it on Hopper).
-#pragma once
-#include <cublasLt.h>
 #include <cuda_bf16.h>
-#include "kernels/rt_ops.cuh"
+
+#include "kernels/cuda/backend.cuh"
+#include "kernels/cuda/mma.cuh"
 
 // Token j's largest logit as rt_argmax_key's 64-bit key (ties to the lower
 // row), into best[j] by one atomicMax a block (rt_block_best, as the head
@@ -57,14 +57,7 @@ __global__ void __launch_bounds__(256) k_lt_argmax(const float *d, int64_t rows,
 // cols BF16, row-major: cuBLASLt's column-major cols x rows, transposed) x b
 // (cols x 3n), float32 accumulation. One per token count n (the step
 // graph's); built outside graph capture, then captured like the kernels.
-struct lt_head {
-  bool on = false;
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulAlgo_t algo;
-};
-
-static void lt_head_destroy(lt_head &h) {
+void lt_head_destroy(lt_head &h) {
   if (h.op) cublasLtMatmulDescDestroy(h.op);
   if (h.la) cublasLtMatrixLayoutDestroy(h.la);
   if (h.lb) cublasLtMatrixLayoutDestroy(h.lb);
@@ -123,3 +116,34 @@ static bool lt_head_build(cublasLtHandle_t lt, lt_head &h, const void *w, int64_
   if (!h.on) lt_head_destroy(h);
   return h.on;
 }
+
+// ---- the head's plan and launch ----
+
+// p.lt for n tokens where it applies: the handle and buffers on first use,
+// then lt_head_build. cuBLASLt declining the shape leaves the head on
+// k_head_mma (not an error); a failed allocation is one.
+enum mtpq_status lt_plan(gpu_session *g, int n, plan &p, struct mtpq_err *err) {
+  const dlin &L = g->host_lins[L_HEAD];
+  if (!g->lt_min || n < g->lt_min || L.f != LIN_BF16 || !L.w || !g->tune.head_mma) return MTPQ_OK; // (head_mma=0: all on k_mv)
+  enum mtpq_status st = MTPQ_OK;
+  if (!g->lt && cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS) {
+    g->lt = nullptr, g->lt_min = 0; // no cuBLASLt: the head stays on k_head_mma
+    return MTPQ_OK;
+  }
+  if (!g->lt_ws) st = dalloc(g, &g->lt_ws, LT_WS, err);
+  if (!st && !g->lt_b) st = dzalloc(g, &g->lt_b, (size_t)(L.cols * 3 * RT_NMAX) * 2, err);
+  if (!st && !g->lt_d) st = dalloc(g, &g->lt_d, (size_t)(L.rows * 3 * RT_NMAX) * 4, err);
+  if (!st) lt_head_build(g->lt, p.lt, L.w, L.rows, L.cols, n, g->lt_b, g->lt_d, g->lt_ws, LT_WS, g->st);
+  if (!st) CK(cudaStreamSynchronize(g->st));
+  return st;
+}
+
+// the head of a chain step through cuBLASLt: the GEMM of x's pieces (from
+// k_final), the argmax into g->best (as k_head_mma leaves it)
+void lt_run(gpu_session *g, int n) {
+  const dlin &L = g->host_lins[L_HEAD];
+  lt_head_matmul(g->lt, g->plans[n].lt, g->plans[n].lt.algo, L.w, g->lt_b, g->lt_d, g->lt_ws, LT_WS, g->on);
+  go(g, true, k_lt_argmax, dim3((unsigned)((L.rows + 256 * RT_LT_ROWS - 1) / (256 * RT_LT_ROWS)), n), dim3(256), 0,
+     (const float *)g->lt_d, L.rows, g->best);
+}
+

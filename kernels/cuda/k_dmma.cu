@@ -34,9 +34,10 @@
 // are scaled back (ls * 2^-s, ls the FP8 tensor scale) before the slices
 // are added; the order of the sums is the tensor core's, hence the gpu
 // tests' tolerance.
-#pragma once
 #include <cooperative_groups.h>
-#include "kernels/rt_head.cuh"
+
+#include "kernels/cuda/backend.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #define RT_DM_SLICE 512 // columns a block's slice
 #define RT_DM_ROWS 128  // rows a block: 8 warps x 16
@@ -171,4 +172,43 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
     T.y[j * T.ys + row0 + r] = y;
   }
   RT_TL_END();
+}
+
+// ---- launches ----
+
+// k_dmma (kernels/rt_dmma.cuh) for a plain dense FP8/BF16 launch at 2..8
+// tokens: a cluster of ceil(cols / 512) blocks per 128 rows of each task.
+// H200, 4K batch 8: mtpq 363.4 -> 308.5 us a step (fc 19.6 -> 13.2 us in the
+// timeline, q/k/v 56.4 -> 26.8, o 19.0 -> 14.7, router 22.9 -> 11.7;
+// tests/bench/RESULTS.md, twenty-sixth round). Also tried there and not
+// kept: the routed experts' NVFP4 products on tensor cores the same way
+// (k_emma, commit c9435ed: a pair of weights one HMUL2 into an f16 MMA, x as
+// pieces per block): slower, 115.5 -> 132.8 us at batch 1 (gate/up 11.3 ->
+// 18.9, down 6.4 -> 16.0) and 308.5 -> 336.6 at batch 8; their weights can
+// be requested only after the routing, and the pieces add two L2 round
+// trips and barriers before the first product
+template <int F, int NB, int P = 3> static void dmma_run(gpu_session *g, const mv_launch &m, int ks) {
+  const mv_flat fg = flat_grid(m, RT_DM_ROWS);
+  go_cl(g, true, (unsigned)ks, k_dmma<F, NB, P>, dim3((unsigned)ks, (unsigned)fg.off[m.ntask]), dim3(256), 0,
+        (const dlin *)g->lins, (const mv_task *)m.dev, fg);
+}
+
+bool dmma_launch(gpu_session *g, const mv_launch &m) {
+  const int NB = nb_slots(m.nbmax);
+  const int64_t ks = (m.cols + RT_DM_SLICE - 1) / RT_DM_SLICE;
+  if (!g->tune.dmma || !g->fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.ntask > RT_FLAT || m.cols % 64 ||
+      ks > RT_DM_KS)
+    return false;
+  const int k = (int)ks, f = m.fmt;
+  switch (NB) {
+  case 2: f ? dmma_run<1, 2>(g, m, k) : dmma_run<0, 2>(g, m, k); break;
+  case 4: f ? dmma_run<1, 4>(g, m, k) : dmma_run<0, 4>(g, m, k); break;
+  default:
+    if (!f)
+      dmma_run<0, 8>(g, m, k);
+    else
+      mma_pieces(g, f, 8) == 2 ? dmma_run<1, 8, 2>(g, m, k) : dmma_run<1, 8>(g, m, k);
+    break;
+  }
+  return true;
 }

@@ -1,0 +1,285 @@
+// Device-side types and helpers shared by the CUDA backend's kernel families
+// (kernels/cuda/k_*.cu): the weight table and task lists the products run
+// (dlin, mv_task), programmatic dependent launch (rt_trigger, rt_wait), the
+// weight formats' decoders, reductions, argmax keys. Header-only device
+// code; each kernel itself is defined in exactly one k_*.cu.
+#pragma once
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/cuda/timeline.cuh"
+
+
+#define RT_NMAX 8   // tokens per launch
+#define RT_TMAX 17  // terms per task: up to 16 routed experts + the shared expert
+#define RT_KST 64   // stride of the per-token routing arrays
+#define RT_MV_LATE_TRIGGER 1 // k_mv's flags (see k_mv)
+#define RT_MV_SEL_EARLY 2
+#define RT_FLAT 4 // tasks a flat k_mv grid can hold (mv_flat)
+#define RT_MV_FLAT(FMT) ((FMT) == 0 || (FMT) == 1) // the k_mv formats that take a flat grid
+
+struct dlin {
+  int f; // LIN_BF16 / LIN_FP8 / LIN_NVFP4
+  int64_t rows, cols;
+  const uint8_t *w;
+  const uint8_t *sc;
+  float s;
+  float s2; // the odd rows' scale: a routed expert's gate/up pair matrix (rows 2i gate i, 2i + 1 up i)
+            // has the up projection's there; s for every other matrix
+};
+
+struct mv_term {
+  int lin;          // index into the weight table
+  int sel_k;        // >= 0: lin += sel[tok * RT_KST + sel_k] (the routed expert)
+  const float *x;   // input of token 0; token j at x + j * xs
+  const float *w;   // device scalar weighting the term (routing weight), or NULL
+};
+
+struct mv_task {
+  int nterm, nb, tok;
+  int64_t xs, ys;
+  float *y;                   // y[j * ys + r]; NULL with best
+  unsigned long long *best;   // argmax keys per token (the head), or NULL
+  float *logits;              // with best: the logits too, or NULL
+  int glu;                    // rows are (gate, up) pairs: y[j * ys + r / 2] = silu(gate) * up (even R)
+  mv_term t[RT_TMAX];
+};
+
+// Programmatic dependent launch (sm_90): every kernel of a step lets the
+// next one be scheduled at once (rt_trigger) and waits for its predecessor's
+// results (rt_wait) only after the work that needs none of them (task set-up,
+// weight and cache loads); both are no-ops for a kernel launched without the
+// attribute. Nothing is written to global memory before rt_wait: the
+// previous kernel may still be reading it.
+__device__ __forceinline__ void rt_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void rt_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  RT_TL_WAITED();
+}
+
+// A launch's task into shared memory, a word per thread of the block
+// (blockDim 256; a struct copy by one thread went through local memory);
+// the caller syncs
+__device__ __forceinline__ void rt_task_load(const mv_task *src, mv_task &T) {
+  const int *s = reinterpret_cast<const int *>(src);
+  int *d = reinterpret_cast<int *>(&T);
+  for (int i = threadIdx.x; i < (int)(sizeof(mv_task) / 4); i += 256) d[i] = s[i];
+}
+
+// Each of the launch's nb tokens' largest argmax key over the block's 8
+// warps' keys (bb, after a barrier), published with one atomicMax (k_mv's
+// head path, k_head_mma and k_head_dyn)
+template <int NB>
+__device__ __forceinline__ void rt_block_best(const unsigned long long (&bb)[8][NB], int nb, unsigned long long *best) {
+  const int tid = threadIdx.x;
+  if (tid >= nb) return;
+  unsigned long long m = 0;
+  for (int w = 0; w < 8; w++) m = bb[w][tid] > m ? bb[w][tid] : m;
+  if (m) atomicMax(best + tid, m);
+}
+
+// silu(g) * u, as k_swiglu computes it (the products' gate/up epilogue uses the same)
+__device__ __forceinline__ float rt_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+__device__ __forceinline__ float rt_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// ordered float bits << 32 | ~row: the max key is the largest logit, ties to the lower row
+__device__ __forceinline__ unsigned long long rt_argmax_key(float v, uint32_t row) {
+  uint32_t b = __float_as_uint(v);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
+}
+
+__device__ __forceinline__ float rt_e2m1(int c) {
+  const float m[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float v = m[c & 7];
+  return (c & 8) ? -v : v;
+}
+
+__device__ __forceinline__ float rt_e4m3(uint8_t b) {
+  __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+__device__ __forceinline__ float2 rt_e4m3x2(uint16_t two) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+// The lane's 16 weights at w (16-byte aligned; NVFP4: 8 bytes, and its
+// block scale at sc), raw, streamed once (evict-first). The caller computes
+// w and sc from offsets fixed per row set (the terms of a task share one
+// shape), so a load costs an add, not a 64-bit multiply and divisions.
+template <int F>
+__device__ __forceinline__ void rt_load16(const uint8_t *w, const uint8_t *sc, uint4 *raw, uint8_t *sb) {
+  if (F == 1) { // FP8
+    raw[0] = __ldcs(reinterpret_cast<const uint4 *>(w));
+  } else if (F == 0) { // BF16
+    const uint4 *p = reinterpret_cast<const uint4 *>(w);
+    raw[0] = __ldcs(p);
+    raw[1] = __ldcs(p + 1);
+  } else { // NVFP4
+    uint2 v = __ldcs(reinterpret_cast<const uint2 *>(w));
+    raw[0] = make_uint4(v.x, v.y, 0, 0);
+    *sb = __ldcs(sc);
+  }
+}
+
+// NVFP4 weights (k, k + 4) of the 8 in word q (element e in bits 4e..4e+3)
+// as the half pair value * 2^-14, built from their bits alone: the nibble's
+// sign to bit 15, its exponent and mantissa (e1 e0 m) to bits 11..9. A half
+// with exponent field e and mantissa m * 512 is 2^(e-15) (1 + m/2) for e > 0
+// and m * 2^-15 for e == 0, which is the E2M1 value times 2^-14 in both cases
+// (subnormal included), so no table and no per-nibble branch.
+template <int K> __device__ __forceinline__ __half2 rt_e2m1x2_biased(uint32_t q) {
+  const uint32_t t = q << (12 - 4 * K);
+  const uint32_t h = (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
+  return *reinterpret_cast<const __half2 *>(&h); // (a __half2_raw built from the halves costs a PRMT and a shift)
+}
+
+// the two BF16 values of a 32-bit word (element 0 in the low half), widened
+// (BF16 weights here, the BF16 K/V cache rows in k_attn)
+__device__ __forceinline__ float2 rt_bf16x2(uint32_t u) {
+  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
+}
+
+template <int F>
+__device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float *w) {
+  if (F == 1) {
+    const uint32_t u[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      float2 a = rt_e4m3x2((uint16_t)(u[i] & 0xFFFF)), b = rt_e4m3x2((uint16_t)(u[i] >> 16));
+      w[4 * i] = a.x, w[4 * i + 1] = a.y, w[4 * i + 2] = b.x, w[4 * i + 3] = b.y;
+    }
+  } else if (F == 0) {
+    const uint32_t u[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const float2 f = rt_bf16x2(u[i]);
+      w[2 * i] = f.x, w[2 * i + 1] = f.y;
+    }
+  } else {
+    // w = E2M1 * E4M3 block scale * 2^-14, exact: the product has at most 6
+    // significant bits and lies in [2^-24, 6 * 448 * 2^-14], all of which half
+    // holds (its lowest bit, 2^-24, is the half subnormal step), so one HMUL2
+    // per pair; rt_terms puts the 2^14 back into the term weight (a power of
+    // two: the block sums are the unscaled ones times 2^-14, bit for bit,
+    // while |w x| stays above float's subnormal range)
+    const __half2 s = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)sb, __NV_E4M3)));
+    const uint32_t u[2] = {raw[0].x, raw[0].y};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      float2 f;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<0>(u[i]), s)), w[8 * i] = f.x, w[8 * i + 4] = f.y;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<1>(u[i]), s)), w[8 * i + 1] = f.x, w[8 * i + 5] = f.y;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<2>(u[i]), s)), w[8 * i + 2] = f.x, w[8 * i + 6] = f.y;
+      f = __half22float2(__hmul2(rt_e2m1x2_biased<3>(u[i]), s)), w[8 * i + 3] = f.x, w[8 * i + 7] = f.y;
+    }
+  }
+}
+
+// A k_mv grid of one row (fg.n > 0): task t's row blocks are blocks
+// off[t] .. off[t + 1] - 1, so each task has only the blocks its rows need.
+// The grid (row blocks, tasks) covers the largest task for every task: for
+// q/k/v (8,192, 512 and 512 rows at 5 rows a warp, 80B shape) 615 blocks of
+// which 384 have no rows and still take a block's slot, so the v task's
+// blocks became resident only as the first wave left, ~5 us after the others
+// (per-block timeline, tests/bench/RESULTS.md, sixteenth round); flat: 231.
+struct mv_flat {
+  int n;                 // tasks in the flat grid; 0: the (row blocks, tasks) grid
+  int off[RT_FLAT + 1];  // off[n]: the grid's blocks
+};
+
+// The task of a flat grid's block b (fg.n > 0) and its row blocks' range lo
+// .. hi - 1, as unrolled selects: a parameter indexed at run time would go
+// to local memory (k_mv, and k_dmma's grid rows)
+__device__ __forceinline__ int rt_flat_task(const mv_flat &fg, int b, int &lo, int &hi) {
+  int task = 0;
+  lo = 0, hi = fg.off[1];
+#pragma unroll
+  for (int i = 1; i < RT_FLAT; i++)
+    if (i < fg.n && b >= fg.off[i]) task = i, lo = fg.off[i], hi = fg.off[i + 1];
+  return task;
+}
+
+// max (op 0) or sum (op 1) of v over the block's nw <= 8 warps, returned to
+// every thread; sh: 9 floats of shared memory. A butterfly within each warp,
+// then one over the warps' partials (the missing ones the identity) in warp
+// 0, published through sh[8]; nw == 1: the warp's butterfly alone, no barrier.
+__device__ __forceinline__ float rt_block_reduce(float v, int op, int nw, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    v = op ? v + u : fmaxf(v, u);
+  }
+  if (nw == 1) return v;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < nw ? sh[threadIdx.x] : op ? 0.0f : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float u = __shfl_xor_sync(0xFFFFFFFFu, t, o);
+      t = op ? t + u : fmaxf(t, u);
+    }
+    if (threadIdx.x == 0) sh[8] = t;
+  }
+  __syncthreads();
+  return sh[8];
+}
+
+static __device__ float rt_block_sum(float v) { // blockDim.x == 256
+  __shared__ float sh[9];
+  return rt_block_reduce(v, 1, 8, sh);
+}
+
+static __device__ float rt_block_max(float v) { // blockDim.x == 256
+  __shared__ float sh[9];
+  return rt_block_reduce(v, 0, 8, sh);
+}
+
+// bytes of a matrix's weights (NVFP4: without its block scales)
+__host__ __device__ __forceinline__ int64_t rt_lin_bytes(const dlin &L) {
+  return L.f == 0 ? L.rows * L.cols * 2 : L.f == 1 ? L.rows * L.cols : L.rows * L.cols / 2;
+}
+
+// the largest 64-bit key over a warp (every lane gets it): the high words'
+// maximum, then the low words' among the lanes holding that high word
+__device__ __forceinline__ unsigned long long rt_warp_max_key(unsigned long long k) {
+  const unsigned hi = __reduce_max_sync(0xFFFFFFFFu, (unsigned)(k >> 32));
+  const unsigned lo = __reduce_max_sync(0xFFFFFFFFu, (unsigned)(k >> 32) == hi ? (unsigned)k : 0u);
+  return (unsigned long long)hi << 32 | lo;
+}
+
+#define RT_CS 32 // cached positions per attention block
+
+// Shared memory of k_attn, in floats: query heads, (RING 2 at G = 8, D =
+// 256: the 8 warps' partial scores, which otherwise meet in the query heads'
+// place), the split's K and V rows in BF16 as cached (each row padded by 8
+// values, 16 bytes, so that 8 lanes reading 8 rows at one column hit
+// distinct banks), scores, a warp's float row (this launch's keys, normed
+// and roped before they are rounded), (RING 2: the running maxima, sums,
+// factors and outputs, and the keys' norm constants: rt_head_consts' 16 + 2
+// x 8 floats a lane, 1,024)
+__host__ __device__ inline int64_t rt_attn_smem(int G, int D, int ring) {
+  return (int64_t)G * D + (ring && G == 8 && D == 256 ? 2048 : 0) + (int64_t)RT_CS * (D + 8) +
+         (int64_t)G * RT_CS + 8 * (int64_t)D + (ring ? (int64_t)G * D + 4 * G + 1024 : 0);
+}
+
+
+// a row element as float: float as is, a BF16 value (its 16 bits) widened
+__device__ __forceinline__ float rt_f32(float x) { return x; }
+__device__ __forceinline__ float rt_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+#define RT_NQ 32 // elements per thread a norm keeps in registers (n <= 256 * RT_NQ)
