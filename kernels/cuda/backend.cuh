@@ -29,36 +29,24 @@
 // the backend's entry points in step.cu, the HBM read and the L2 flush in
 // sweep.cu, the settings in tune.c.
 //
-// The backend runs the model of kernels/runtime.h on the device for 1..8 tokens per launch (slots of one
-// sequence, or one token of each of up to 8 sequences), in float32 like the
-// CPU reference. Kernels: kernels/rt_mv.cuh (matrix-vector products that
-// dequantize BF16/FP8/NVFP4 on the fly, experts chosen on the device, the
-// head fused with the argmax) and kernels/rt_ops.cuh (norms, RoPE,
-// split-context attention, routing, SwiGLU). One draft step is captured as
-// a CUDA graph per token count (MTPQ_CUDA_GRAPHS=0 launches the kernels one
-// by one instead); a draft chain replays step + head + feedback k times and
-// synchronises once. Consecutive kernels overlap by programmatic dependent
-// launch (each waits in rt_wait for its predecessor's results), and the
-// shared expert runs on a second stream beside the routed experts. Measured
-// effect of each: tests/bench/RESULTS.md.
+// The backend runs the model of kernels/runtime.h on the device for 1..8
+// tokens per launch, in float32 like the CPU reference. One draft step is
+// captured as a CUDA graph per token count; a draft chain replays step +
+// head + feedback k times and synchronises once. Consecutive kernels
+// overlap by programmatic dependent launch (each waits in rt_wait for its
+// predecessor's results), and the shared expert runs on a second stream
+// beside the routed experts.
 //
-// Why a chain of kernels and not one persistent kernel: on the H200 every
-// synchronisation through memory (grid barrier, flag counter) cost at
-// least what a kernel boundary under programmatic dependent launch does
-// (~1.5 us), and 3-6 us while weights stream, since its polls and the input
-// read after it queue behind the SM's weight traffic; persistent forms of
-// the step's bytes and dependencies (register prefetch, a shared-memory
-// ring fed by the copy engine, L2 prefetch) all measured slower than the
-// same chain of kernels (tests/bench/chain_floor.cu; RESULTS.md, fourteenth
-// round).
+// Why a chain of kernels and not one persistent kernel: every
+// synchronisation through memory (grid barrier, flag counter) costs at
+// least a kernel boundary under programmatic dependent launch, and more
+// while weights stream, since its polls queue behind the SM's weight
+// traffic (ledger 1).
 //
-// cuBLASLt takes one product: the stock drafter's BF16 head at 5..8 tokens
-// (kernels/rt_lt.cuh), where it beat k_head_mma in the step. Its FP8 path
-// would round the float32 activations to FP8 (the numerics contract keeps
-// them float32) and it has no NVFP4-weight product on Hopper, so mtpq's
-// drafter stays on the kernels here; for the shorter BF16 products see
-// LT_MIN_DEFAULT. Measured, kernel against kernel, by tests/bench/lt_bench.cu
-// (RESULTS.md, thirtieth round).
+// cuBLASLt takes one product, the stock drafter's BF16 head at 5..8 tokens
+// (k_lt.cu). Its FP8 GEMMs would round the float32 activations to FP8 (the
+// numerics contract keeps them float32) and it has no NVFP4-weight product
+// on Hopper, so the quantized drafter stays on the kernels here (ledger 2).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -84,20 +72,11 @@ extern "C" {
 
 #define RT_MAXSTEPS 64
 
-// The stock drafter's BF16 head through cuBLASLt (kernels/rt_lt.cuh: why)
-// at LT_MIN_DEFAULT tokens a step and more, where cuBLASLt's kernels beat
-// k_head_mma in the step (H200, 4K: tests/bench/RESULTS.md, thirtieth
-// round). The FP8 and NVFP4 products have no cuBLASLt form that keeps x in
-// float32 (FP8 GEMMs take FP8 activations only). The BF16 dense products
-// before the head (stock's fc, q/k/v, o, shared expert; both drafters'
-// router) were faster through cuBLASLt in isolation at 8 tokens too
-// (lt_bench), but each would need its pieces before and a pass adding its
-// piece columns after, on the step's critical path: not done.
-#define LT_MIN_DEFAULT 5
+// cuBLASLt's workspace (the stock BF16 head at tune lt.. 8 tokens: k_lt.cu)
 #define LT_WS ((size_t)32 << 20)
 
 // byte offsets in the staging block: token ids, sequences, positions (RT_NMAX
-// each), the draft step counter, then the hidden states (g->out)
+// each), the draft step counter, then the hidden states (g->x.out)
 enum { ST_TOK = 0, ST_SEQ = 32, ST_POS = 64, ST_STEP = 128, ST_HID = 256 };
 
 enum { L_FC, L_Q, L_K, L_V, L_O, L_ROUTER, L_SEG, L_SG, L_SU, L_SD, L_HEAD, L_EXPERTS };
@@ -131,63 +110,76 @@ struct plan {
 };
 
 struct gpu_session {
+  // the model and the shapes the session was opened for
   const struct mtpq_rt_model *d;
-  int64_t max_pos;
-  int window, nseq, cur, nsplit, K, fast, sms;
-  mtpq_cuda_tune tune;    // the kill switches and MTPQ_CUDA_TUNE (kernels/cuda/tune.h)
-  int pdl;                // programmatic dependent launch now (tune.pdl, off for one launch after a memset)
-  int glu;                // routed experts' gate/up as row-pair matrices, SwiGLU in their product
-  int lt_min;             // a BF16 head through cuBLASLt from this many tokens a step (0: never)
-  cublasLtHandle_t lt = nullptr;
-  void *lt_ws = nullptr;               // its workspace (LT_WS bytes)
-  __nv_bfloat16 *lt_b = nullptr;       // x's pieces, cols x 3 RT_NMAX
-  float *lt_d = nullptr;               // the GEMM's output, head rows x 3 RT_NMAX
-  unsigned *hq = nullptr; // k_head_dyn's counters (tickets, blocks done), 0 between launches
-  bool comb4;             // k_attn_combine<4> (more than 256 partials a head)
-  int attn_x;             // k_attn's ring where its shared memory fits: its blocks per (KV head, token); 0: a
-                          // block per split
-  int attn_per;           // ring blocks an SM
-  int64_t kv_ef_pos;      // k_attn copies the cached K/V evict-first past this many positions a launch
-  int64_t IM; // expert / shared / dense intermediate slot width
+  int64_t max_pos;            // cached positions a sequence holds
+  int window, nseq, cur;      // sliding window (0: none), sequences, the selected one
+  int nsplit, K, sms, l2;     // attention splits of RT_CS positions, routed experts a token, SMs, L2 bytes
+  int64_t IM;                 // expert / shared / dense intermediate slot width
+  struct {                    // settings, fixed at open
+    mtpq_cuda_tune tune;      // the kill switches and MTPQ_CUDA_TUNE (kernels/cuda/tune.h)
+    int pdl;                  // programmatic dependent launch now (tune.pdl; off for one launch after a memset)
+    int fast;                 // every matrix fits the vectorised kernels (rows of whole 16-element chunks, 32-bit offsets)
+    int glu;                  // routed experts' gate/up as row-pair matrices, SwiGLU in their product
+    int lt_min;               // the BF16 head through cuBLASLt from this many tokens a step (0: never)
+    bool comb4;               // k_attn_combine<4> (more than 256 partials a head)
+    int attn_x;               // k_attn's ring blocks per (KV head, token); 0: a block per split
+    int attn_per;             // ring blocks an SM
+    int64_t kv_ef_pos;        // k_attn copies the cached K/V evict-first past this many positions a launch
+  } set;
+  struct {                    // weights, as the model stores them
+    std::vector<dlin> host;   // the table (L_* then the experts' gate, up, down), host copy
+    dlin *lins;               // the same on the device
+    float *nrm[7];
+    const uint8_t *embed;
+    int64_t *ids;             // a reduced head's target ids, or NULL
+  } w;
+  struct {                    // activations and the step's scratch, float32 unless noted
+    float *out, *c, *x0, *a, *qg, *kk, *vv, *att, *y, *y2, *m, *m2, *pr, *z, *gb, *ub, *act, *po, *pm, *pl, *logits;
+    int *sel;                 // routed experts a token (RT_KST stride)
+    float *wsel;              // their weights, then sigmoid(shared_expert_gate)
+    float2 *rcs;              // RoPE cos, sin per position and rotated pair (computed on the host, as the CPU backend does)
+    unsigned long long *best; // argmax keys a token
+    unsigned *hq;             // k_head_dyn's counters (tickets, blocks done), 0 between launches
+  } x;
+  struct {                    // the K/V caches, BF16 bits, [nseq, max_pos, Nkv * D]
+    uint16_t *kc, *vc;
+  } kv;
+  struct {                    // a call's inputs: one block (ST_* layout) on the device and pinned on the host
+    uint8_t *dev = nullptr, *host = nullptr;
+    int *tok, *seq, *stepc;   // device views
+    int64_t *pos;
+    int *rec;                 // the drafted ids, on the device
+    int *h_tok, *h_seq, *h_rec; // host views (h_rec: pinned, with h_best after it)
+    int64_t *h_pos;
+    float *h_hid;
+    unsigned long long *h_best;
+  } io;
+  struct {                    // the stock BF16 head through cuBLASLt (k_lt.cu)
+    cublasLtHandle_t h = nullptr;
+    void *ws = nullptr;           // workspace (LT_WS bytes)
+    __nv_bfloat16 *b = nullptr;   // x's pieces, cols x 3 RT_NMAX
+    float *d = nullptr;           // the GEMM's output, head rows x 3 RT_NMAX
+  } lt;
   cudaStream_t st = nullptr, st2 = nullptr; // st2: the shared expert, beside the routed ones
   cudaEvent_t fork = nullptr, join = nullptr;
-  cudaStream_t on = nullptr; // the stream go() launches on: st, or st2 for the shared expert
-  std::vector<void *> allocs;
-  std::vector<dlin> host_lins;
-  dlin *lins;
-  float *nrm[7];
-  const uint8_t *embed;
-  int64_t *ids;
-  uint16_t *kc, *vc; // the K/V caches, BF16 bits
-  float *out, *c, *x0, *a, *qg, *kk, *vv, *att, *y, *y2, *m, *m2, *pr, *z, *gb, *ub, *act, *po, *pm, *pl, *logits;
-  int *sel, *tok, *seqa, *rec, *stepc;
-  float2 *rcs; // RoPE cos, sin per position and rotated pair (computed on the host, as the CPU backend does)
-  float *wsel;
-  int64_t *pos;
-  unsigned long long *best;
-  // pinned staging
-  int *h_tok, *h_seq, *h_rec;
-  int64_t *h_pos;
-  float *h_hid;
-  unsigned long long *h_best;
-  // One block holds a call's inputs (ST_* layout), on the device and pinned on
-  // the host, so staging them is one copy
-  uint8_t *stage_d = nullptr, *stage_h = nullptr;
-  cudaEvent_t t0 = nullptr, t1 = nullptr; // around a draft call's steps (mtpq__cuda_draft_device_us)
-  double draft_us = -1;
-  int l2 = 0;                 // the device's L2 bytes
-  uint4 *flush_buf = nullptr; // mtpq__cuda_flush_l2's buffer (4 x L2), allocated at its first call
+  cudaStream_t on = nullptr;  // the stream go() launches on: st, or st2 for the shared expert
   plan plans[RT_NMAX + 1];
-  // profiling (mtpq__cuda_profile): an event after every kernel of a step
-  bool prof = false;
-  std::vector<cudaEvent_t> ev;
-  std::vector<const char *> evname;
+  std::vector<void *> allocs; // freed at close
+  uint4 *flush_buf = nullptr; // mtpq__cuda_flush_l2's buffer (4 x L2), allocated at its first call
+  struct {                    // timing and profiling
+    cudaEvent_t t0 = nullptr, t1 = nullptr; // around a draft call's steps (mtpq__cuda_draft_device_us)
+    double draft_us = -1;
+    bool on = false;          // mtpq__cuda_profile: an event after every kernel of a step
+    std::vector<cudaEvent_t> ev;
+    std::vector<const char *> names;
+  } prof;
 };
 
 static inline void mark(gpu_session *g, const char *name) {
-  if (!g->prof || g->evname.size() >= g->ev.size()) return;
-  cudaEventRecord(g->ev[g->evname.size()], g->st);
-  g->evname.push_back(name);
+  if (!g->prof.on || g->prof.names.size() >= g->prof.ev.size()) return;
+  cudaEventRecord(g->prof.ev[g->prof.names.size()], g->st);
+  g->prof.names.push_back(name);
 }
 
 // Launch on the session's stream; with pdl (and the session's switch on) the
@@ -200,7 +192,7 @@ static void go_cl(gpu_session *g, bool pdl, unsigned cl, void (*k)(KA...), dim3 
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[2];
   unsigned na = 0;
-  if (pdl && g->pdl && !g->prof) {
+  if (pdl && g->set.pdl && !g->prof.on) {
     at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[na++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -240,10 +232,7 @@ static enum mtpq_status dzalloc(gpu_session *g, T **p, size_t n, struct mtpq_err
 // per-block set-up (task, weight table, routed expert) is paid once per
 // block rather than once per 32 rows. A wave fills the SM's registers
 // (~120 a thread, 2 blocks), so the next launch's blocks become resident
-// only as these leave; leaving room measured slower both ways tried on the
-// H200 (4K batch 1, mtpq 137.5 us): at most 1 block per SM, the rest
-// looping, 145.4; the one- and two-token instances held to 80 registers
-// (3 a SM), spilling, 155.0 (tests/bench/RESULTS.md, thirteenth round).
+// only as these leave; leaving room for them was slower (ledger 3).
 template <typename K> static inline int resident(K kernel) {
   int dev = 0, sms = 0, per = 0;
   cudaGetDevice(&dev);
@@ -262,19 +251,13 @@ static inline mv_flat flat_grid(const mv_launch &m, int64_t rb) {
   return fg;
 }
 
-// Tasks of unequal rows that fit one wave at their own block counts run as a
-// flat grid (mv_flat: q/k/v, the router with the shared expert's gate), the
-// rest as (row blocks of the largest task, tasks). MTPQ_CUDA_FLAT=0: never flat.
-
 // the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
 static inline int nb_slots(int nbmax) { return nbmax <= 1 ? 1 : nbmax <= 2 ? 2 : nbmax <= 4 ? 4 : 8; }
 
 // the pieces x takes in an MMA product of format f (1 FP8, 0 BF16) at NB
 // token slots: two f16 pieces for FP8 at 8 (16 MMA columns, not 24: one
-// n-tile fewer; rt_split_p), else three. H200, 4K batch 8: mtpq 265.1 ->
-// 243.4 / 243.6 us a step; at 4 (12 -> 8 columns) 177.7 -> 177.1, no
-// gain, so three stay there (tests/bench/RESULTS.md, twenty-ninth round)
-static inline int mma_pieces(const gpu_session *g, int f, int NB) { return f == 1 && NB == 8 ? 2 : 3; }
+// n-tile fewer; rt_split_p), else three (ledger 4)
+static inline int mma_pieces(int f, int NB) { return f == 1 && NB == 8 ? 2 : 3; }
 
 
 // ---- the families' launchers ----

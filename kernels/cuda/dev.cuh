@@ -193,10 +193,11 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
 // A k_mv grid of one row (fg.n > 0): task t's row blocks are blocks
 // off[t] .. off[t + 1] - 1, so each task has only the blocks its rows need.
 // The grid (row blocks, tasks) covers the largest task for every task: for
-// q/k/v (8,192, 512 and 512 rows at 5 rows a warp, 80B shape) 615 blocks of
-// which 384 have no rows and still take a block's slot, so the v task's
-// blocks became resident only as the first wave left, ~5 us after the others
-// (per-block timeline, tests/bench/RESULTS.md, sixteenth round); flat: 231.
+// q/k/v of the 80B shape (8,192, 512 and 512 rows) most of its blocks have
+// no rows and still take a block's slot, so the last task's blocks became
+// resident only as the first wave left (ledger 5). Tasks of unequal rows
+// that fit one wave at their own block counts run flat (q/k/v, the router
+// with the shared expert's gate).
 struct mv_flat {
   int n;                 // tasks in the flat grid; 0: the (row blocks, tasks) grid
   int off[RT_FLAT + 1];  // off[n]: the grid's blocks

@@ -92,8 +92,7 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
 // the next split's keys copy while it weights this one's values, and the
 // next split's values while it scores those keys (at long contexts a block
 // per split left its SM without loads in flight while it scored; a ring of
-// 3 splits on one block an SM was latency-bound instead:
-// tests/bench/RESULTS.md, twenty-first and twenty-second rounds). Each
+// 3 splits on one block an SM was latency-bound instead: ledger 12). Each
 // split's scores are the same arithmetic; with merge its partials join the
 // block's running ones (below). The block copies the K and V rows earlier
 // launches cached to shared memory asynchronously (its first split's) before
@@ -114,14 +113,9 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
 // MMA (RING 2 at G = 8, D = 256 only): the scores and the weighted values on
 // tensor cores (bf16 m16n8k16; q and the softmax weights as three bf16
 // pieces that add up to them exactly, so every product is exact and only
-// the order of the sums differs from FFMA's). Why: at 32K the FFMA form's
-// blocks waited on their own shared-memory broadcasts of q and of the
-// weights, not on HBM (its body 42.0 us for 58.7 MB of rows, ~1.4 TB/s;
-// tests/bench/RESULTS.md, twenty-fourth round); on tensor cores it took
-// 25.0 us, and the 32K step 148.7 -> 132.3 us at one token, 627.5 -> 499.5
-// at 8 (twenty-fifth round). Two splits' room a block, so that the splits
-// two ahead copied meanwhile, measured slower (32K: 135.3 against 132.9 us
-// at one token, 511.5 against 500.4 at 8; same round).
+// the order of the sums differs from FFMA's). Why: at long contexts the
+// FFMA form's blocks waited on their own shared-memory broadcasts of q and
+// of the weights, not on HBM (ledger 17; two splits' room a block lost too).
 template <int GT, int DT, int RING, int MMA>
 __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
     k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
@@ -174,10 +168,8 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
   // to more than ef_pos positions in all (the host sizes it at half of L2).
   // Each row is read once a step, and at 32K the 117 MB of them otherwise
   // pushed everything else out of L2, the code of the kernels after this one
-  // included (k_route took 13-14 us after its wait at 32K against 4-5 at 4K:
-  // tests/bench/RESULTS.md, twenty-second round); at 4K, batch 1, the hint
-  // cost the step 0.4-1.1 us (twenty-third round), probably because there
-  // the rows partly stay in L2 from one step to the next
+  // included; at short contexts the hint costs a little, probably because
+  // the rows partly stay in L2 from one step to the next (ledger 18)
   const bool kvef = (p + 1) * (int64_t)n_tok > ef_pos;
   const uint64_t pol = kvef ? rt_l2_evict_first() : 0;
   // split i's positions [p0, p0 + n); rows [0, nf) were written by earlier
@@ -270,8 +262,8 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
       rt_head_norm_rope(kk + src, kq, D, eps, rot, fr); // (then rounded to BF16 as the cache holds it)
       // the value row's loads all issued before its stores (a load, two
       // stores, a load...: vv may alias the cache as far as the compiler
-      // knows, so each load waited for the stores before it, 8 L2 round trips
-      // in turn in the block that holds the token's own row; SASS)
+      // knows, so each load waited for the stores before it, 8 L2 trips one
+      // after another in the block that holds the token's own row; SASS)
       float vr[16]; // D <= 512 (rt_head_consts)
 #pragma unroll
       for (int q = 0; q < 16; q++) vr[q] = lane + 32 * q < D ? vv[src + lane + 32 * q] : 0.0f;
@@ -500,13 +492,13 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
 // memory: combine the splits of one head for 32 of its output columns (each
 // split's max and sum loaded by one thread of the block; then warp w sums
 // splits w, w + 8, ... for the lane's column), normalise, apply
-// sigmoid(gate). The sums run in the order of the one-block-per-head kernel
-// this replaces (16 blocks at 4K: 12.5 us under ncu, a chain of dependent
-// loads on 16 SMs), so the results are the same bits.
-// RR: rounds of 256 splits (8K positions) whose loads are issued at once
+// sigmoid(gate). The sums run in the order of a one-block-per-head kernel
+// (a chain of dependent loads on few SMs), so the results are the same
+// bits as that simpler form's.
+// RR: groups of 256 splits (8K positions) whose loads are issued at once
 // (k_attn_combine<4> where a context reaches past 8K: 32K in one pass, where
-// each round and each 256 splits' maxima and sums were a round trip in turn;
-// <1> elsewhere, whose 63 registers let 4 blocks share an SM at 8 tokens).
+// each 256 splits' maxima and sums were an L2 trip in turn; <1> elsewhere,
+// whose 63 registers let 4 blocks share an SM at 8 tokens).
 // cap: at most this many partials a head (k_attn RING 2 merged: a block's
 // splits in one partial at its first split's index, so the first cap).
 template <int RR>
@@ -525,20 +517,18 @@ __global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const flo
   const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
   const int s0 = (int)(lo / RT_CS), ns0 = (int)(p / RT_CS) - s0 + 1, ns = ns0 < cap ? ns0 : cap;
   const int64_t base = ((int64_t)t * Nq + h) * nsplit + s0;
-  // the splits in passes of RR rounds of 256; a pass's loads are all issued
+  // the splits in passes of RR groups of 256; a pass's loads are all issued
   // before its sums, the first pass's before the reductions. Each warp sums
   // splits warp, warp + 8, ... in that order in every case, so a context of
-  // any length makes the sums of the one-block-per-head kernel. Beyond 8K a
-  // strided loop of dependent loads ran before: H200, 32K batch 1, 247.8 ->
-  // 201.7 us a step, batch 8 1,217.9 -> 1,144.1 (same run;
-  // tests/bench/RESULTS.md, tenth round)
+  // any length makes the sums of the one-block-per-head kernel (a strided
+  // loop of dependent loads was slower past 8K: ledger 19)
   const float *src = po + base * D + c;
   constexpr int P = 256 * RR; // splits a pass
   float pv[32 * RR];
 #pragma unroll
   for (int i = 0; i < 32 * RR; i++) pv[i] = c < D && warp + 8 * i < ns ? src[(int64_t)(warp + 8 * i) * D] : 0.0f;
   // the first pass's maxima and sums with the partial outputs' loads (each
-  // loop's load waited for the block's reduction before: a round trip more
+  // loop's load waited for the block's reduction before: one L2 trip more
   // after the wait); fmaxf(-inf, x) = x, so the same maximum and sums
   float pmk[RR], plk[RR];
 #pragma unroll
@@ -610,10 +600,10 @@ static void attn_ring_grid(gpu_session *g, int dev) {
     cudaGetLastError(); // (no room: the kernel of a block per split)
     return;
   }
-  const int force = g->tune.attn_x; // (tests: a few blocks, each over many splits)
+  const int force = g->set.tune.attn_x; // (tests: a few blocks, each over many splits)
   const int64_t x = force > 0 ? force : ((int64_t)g->sms * per + d->Nkv - 1) / d->Nkv;
-  g->attn_x = (int)(x < g->nsplit ? x : g->nsplit);
-  g->attn_per = per;
+  g->set.attn_x = (int)(x < g->nsplit ? x : g->nsplit);
+  g->set.attn_per = per;
 }
 
 // RING 2's blocks per (KV head, token) at a launch of n tokens: attn_x (a
@@ -621,9 +611,9 @@ static void attn_ring_grid(gpu_session *g, int dev) {
 // over several splits (a wave per token made a launch of n tokens n waves;
 // ledger 12)
 static int attn_blocks(const gpu_session *g, int n) {
-  if (n < 2 || !g->attn_x) return g->attn_x;
-  const int64_t x = (int64_t)g->sms * g->attn_per / ((int64_t)g->d->Nkv * n);
-  return (int)(x < 1 ? 1 : x < g->attn_x ? x : g->attn_x);
+  if (n < 2 || !g->set.attn_x) return g->set.attn_x;
+  const int64_t x = (int64_t)g->sms * g->set.attn_per / ((int64_t)g->d->Nkv * n);
+  return (int)(x < 1 ? 1 : x < g->set.attn_x ? x : g->set.attn_x);
 }
 
 
@@ -636,25 +626,25 @@ enum mtpq_status attn_setup(gpu_session *g, int dev, struct mtpq_err *err) {
   if (cudaFuncSetAttribute(k_attn<0, 0, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess ||
       cudaFuncSetAttribute(k_attn<8, 256, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem) != cudaSuccess)
     return mtpq_err_set(err, MTPQ_E_GPU, "cannot give the attention kernel its shared memory");
-  g->attn_x = 0;
-  if (g->tune.attn_ring) attn_ring_grid(g, dev); // (0: a block per split)
+  g->set.attn_x = 0;
+  if (g->set.tune.attn_ring) attn_ring_grid(g, dev); // (0: a block per split)
   // the ring merges a block's splits into one partial: at most attn_x a head
-  g->comb4 = (g->attn_x ? g->attn_x : g->nsplit) > 256;
+  g->set.comb4 = (g->set.attn_x ? g->set.attn_x : g->nsplit) > 256;
   return MTPQ_OK;
 }
 
 void attn_launch(gpu_session *g, int n) {
   const struct mtpq_rt_model *d = g->d;
   const int Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
-  const int ring = g->attn_x ? 2 : 0, X = attn_blocks(g, n);
+  const int ring = g->set.attn_x ? 2 : 0, X = attn_blocks(g, n);
   go(g, true, attn_kernel(g, ring), dim3(ring ? X : g->nsplit, Nkv, n), dim3(256),
-     (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->rcs,
-     (const int64_t *)g->pos, (const int *)g->seqa, n, g->max_pos, g->window, (const float *)g->nrm[4],
-     (const float *)g->nrm[5], d->eps, (const float *)g->kk, (const float *)g->vv, g->kc, g->vc, g->nsplit, g->po,
-     g->pm, g->pl, ring, g->kv_ef_pos);
+     (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->x.qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->x.rcs,
+     (const int64_t *)g->io.pos, (const int *)g->io.seq, n, g->max_pos, g->window, (const float *)g->w.nrm[4],
+     (const float *)g->w.nrm[5], d->eps, (const float *)g->x.kk, (const float *)g->x.vv, g->kv.kc, g->kv.vc, g->nsplit, g->x.po,
+     g->x.pm, g->x.pl, ring, g->set.kv_ef_pos);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
-  go(g, true, g->comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
-     (size_t)g->nsplit * 4, (const float *)g->qg, (const float *)g->po, (const float *)g->pm, (const float *)g->pl, Nq,
-     D, (const int64_t *)g->pos, g->window, g->nsplit, ring ? X : g->nsplit, g->att);
+  go(g, true, g->set.comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
+     (size_t)g->nsplit * 4, (const float *)g->x.qg, (const float *)g->x.po, (const float *)g->x.pm, (const float *)g->x.pl, Nq,
+     D, (const int64_t *)g->io.pos, g->window, g->nsplit, ring ? X : g->nsplit, g->x.att);
   mark(g, "attention combine+gate");
 }

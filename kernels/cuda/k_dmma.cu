@@ -1,32 +1,18 @@
 // The plain dense products at 2..8 tokens on tensor cores (fc, q/k/v, o,
-// the router with the shared expert's gate, the shared expert's down),
-// included by kernels/runtime_cuda.cu after rt_head.cuh.
+// the router with the shared expert's gate, the shared expert's down).
 //
-// Why: at 8 tokens k_mv's FFMA path ran these at 0.1-0.45 TB/s (H200, 4K
-// batch 8 timeline: fc 19.6 us for 8.4 MB, q/k/v 56.4 for 18.9, o 19.0,
-// router 22.9 for 2; tests/bench/RESULTS.md, twenty-sixth round): each weight is
-// converted and multiplied once per token, and each band of x is read once
-// per token through L1. An earlier try on k_head_mma's layout (a block all
-// of a product's columns) lost because every block turned all of x into
-// pieces after its wait (4,096 columns x 8 tokens for fc). Here the
-// columns are split instead: a block takes 128 rows (8 warps, a 16-row
-// tile each) of one 512-column slice, so it turns only its slice of x into
-// pieces, and the slices of a row block are one thread-block cluster
-// (ceil(cols / 512) blocks, at most 8) whose partial sums meet through
-// distributed shared memory, added in slice order (the same result on
-// every run; no atomics, no second launch). Measured (same call, mtpq, 4K):
-// batch 4 224.5 -> 197.1 us a step, batch 8 364.1 -> 309.0; batch 2 153.2 ->
-// 151.4. The slices' sums first met by reads of the other blocks' shared
-// memory between two cluster barriers; pushing them to the owner's instead
-// (one barrier) took, same call, batch 8 297.6 -> 292.0, batch 4 192.5 ->
-// 188.8, batch 2 150.2 -> 146.9 (stock 442.0 -> 435.4, 314.7 -> 311.7).
-// Requesting only the first half of the slice's weights before the wait
-// and the rest behind x's loads (x's loads queue behind the weights: ~5 us
-// from the wait until the pieces are ready at batch 8) was no faster: batch
-// 8 292.0 -> 293.1, 4 188.8 both, 2 146.9 -> 148.4 (twenty-seventh round,
-// RESULTS.md).
+// Why: on k_mv's FFMA path each weight is converted and multiplied once per
+// token and each band of x is read once per token through L1, far below
+// the DRAM rate at 8 tokens. A block takes 128 rows (8 warps, a 16-row tile
+// each) of one 512-column slice, so it turns only its slice of x into
+// pieces (a block over all columns lost: ledger 7), and the slices of a row
+// block are one thread-block cluster (ceil(cols / 512) blocks, at most 8)
+// whose partial sums meet through distributed shared memory, pushed to the
+// owning block and added in slice order after one cluster barrier (the same
+// result on every run; no atomics, no second launch). Ledger 13 has the
+// figures and what lost (two barriers, half the weights before the wait).
 //
-// Exactness as in rt_head.cuh: FP8 weights are exact in f16, BF16 ones are
+// Exactness as in k_head.cu: FP8 weights are exact in f16, BF16 ones are
 // bf16; x is P pieces of x * 2^s in that type (s per token and slice,
 // putting the slice's largest |x| in [2^14, 2^15)), each product exact in
 // the f32 accumulator: three (all of x), or FP8 at 8 tokens two f16 ones
@@ -149,7 +135,7 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
   __syncwarp();
   // the cluster's slices: block q owns rows q, q + ks, ... and receives
   // slice p's scaled sum of row r in recv[p * rrn + r / ks] (a remote store,
-  // no round trip); one barrier, then each owner adds its rows' slices in
+  // nothing waits for an answer); one barrier, then each owner adds its rows' slices in
   // order (the same sum on every run). A block leaves once its own rows are
   // written: nobody reads its shared memory after the barrier.
   namespace cg = cooperative_groups;
@@ -176,27 +162,21 @@ __global__ void __launch_bounds__(256, 2) k_dmma(const dlin *tab, const mv_task 
 
 // ---- launches ----
 
-// k_dmma (kernels/rt_dmma.cuh) for a plain dense FP8/BF16 launch at 2..8
-// tokens: a cluster of ceil(cols / 512) blocks per 128 rows of each task.
-// H200, 4K batch 8: mtpq 363.4 -> 308.5 us a step (fc 19.6 -> 13.2 us in the
-// timeline, q/k/v 56.4 -> 26.8, o 19.0 -> 14.7, router 22.9 -> 11.7;
-// tests/bench/RESULTS.md, twenty-sixth round). Also tried there and not
-// kept: the routed experts' NVFP4 products on tensor cores the same way
-// (k_emma, commit c9435ed: a pair of weights one HMUL2 into an f16 MMA, x as
-// pieces per block): slower, 115.5 -> 132.8 us at batch 1 (gate/up 11.3 ->
-// 18.9, down 6.4 -> 16.0) and 308.5 -> 336.6 at batch 8; their weights can
-// be requested only after the routing, and the pieces add two L2 round
-// trips and barriers before the first product
+// k_dmma for a plain dense FP8/BF16 launch at 2..8 tokens: a cluster of
+// ceil(cols / 512) blocks per 128 rows of each task (ledger 13; tune
+// dmma=0: k_mv). Why not the routed experts' NVFP4 products the same way:
+// their weights can be requested only after the routing, and the pieces
+// add two L2 trips and barriers before the first product (ledger 16).
 template <int F, int NB, int P = 3> static void dmma_run(gpu_session *g, const mv_launch &m, int ks) {
   const mv_flat fg = flat_grid(m, RT_DM_ROWS);
   go_cl(g, true, (unsigned)ks, k_dmma<F, NB, P>, dim3((unsigned)ks, (unsigned)fg.off[m.ntask]), dim3(256), 0,
-        (const dlin *)g->lins, (const mv_task *)m.dev, fg);
+        (const dlin *)g->w.lins, (const mv_task *)m.dev, fg);
 }
 
 bool dmma_launch(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
   const int64_t ks = (m.cols + RT_DM_SLICE - 1) / RT_DM_SLICE;
-  if (!g->tune.dmma || !g->fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.ntask > RT_FLAT || m.cols % 64 ||
+  if (!g->set.tune.dmma || !g->set.fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.ntask > RT_FLAT || m.cols % 64 ||
       ks > RT_DM_KS)
     return false;
   const int k = (int)ks, f = m.fmt;
@@ -207,7 +187,7 @@ bool dmma_launch(gpu_session *g, const mv_launch &m) {
     if (!f)
       dmma_run<0, 8>(g, m, k);
     else
-      mma_pieces(g, f, 8) == 2 ? dmma_run<1, 8, 2>(g, m, k) : dmma_run<1, 8>(g, m, k);
+      mma_pieces(f, 8) == 2 ? dmma_run<1, 8, 2>(g, m, k) : dmma_run<1, 8>(g, m, k);
     break;
   }
   return true;

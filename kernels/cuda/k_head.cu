@@ -1,9 +1,8 @@
-// The FP8 and BF16 heads at 1..8 tokens on tensor cores (included by
-// kernels/runtime_cuda.cu after rt_ops.cuh). Why: the FFMA head (k_mv<1, 8,
-// 8, 1>) spends ~2.5 instructions per weight (E4M3 pair -> half pair, half
-// -> float, FFMA) and issues 0.58 per cycle per scheduler at 75% of DRAM
-// (tests/bench/RESULTS.md); here a warp's 16 rows x 16 columns take 4
-// conversions and one mma.sync, ~0.08 instructions per weight.
+// The FP8 and BF16 heads at 1..8 tokens on tensor cores, fused with the
+// argmax. Why: the FFMA head (k_mv) spends ~2.5 instructions per weight
+// (E4M3 pair -> half pair, half -> float, FFMA) and is issue-bound below
+// the DRAM rate; here a warp's 16 rows x 16 columns take 4 conversions and
+// one mma.sync, ~0.08 instructions per weight (ledger 14).
 //
 // Exactness: E4M3 is exact in f16 (FP8 heads: f16 MMA), BF16 weights are
 // bf16 (BF16 heads: bf16 MMA). x (float) is carried as three pieces hi +
@@ -147,15 +146,11 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
   RT_TL_END();
 }
 
-// The head at one token with its tiles dealt at run time (the default at
-// one token; MTPQ_CUDA_HEAD_DYN=0: k_head_mma). Why: k_head_mma deals each
-// warp a fixed set of whole 16-row tiles (~30 us of one warp's share of
-// HBM each for the stock drafter's BF16 head). The SMs' shares differ, so
-// even with equal work its blocks ended 137-147 us after their wait, while
-// k_read's rate puts the stock head's 622 MB at 141 (tests/bench/RESULTS.md,
-// eighteenth round). Here a block takes one tile of 16 MT rows at a time,
-// each warp a fixed share of its bands (split over K: a tile is ~4 us of a
-// block's share), and the block adds the warps' row sums in warp order
+// The head at one token, its tiles dealt at run time. Why: k_head_mma deals
+// each warp a fixed set of whole 16-row tiles, and the SMs' shares of HBM
+// differ, so even with equal work its blocks ended far apart (ledger 15).
+// Here a block takes one tile of 16 MT rows at a time, each warp a fixed
+// share of its bands (split over K), and the block adds the warps' row sums in warp order
 // through shared memory (the same sums whichever block takes a tile, so the
 // same result on every run). A block's first two tiles are fixed (the
 // first's loads go before the wait); the rest come from q[0], a counter
@@ -165,13 +160,8 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
 // The block's warps meet once a tile: MT (m-tiles a tile) sets how many
 // batches of loads a warp has between meetings, so that one slow batch
 // does not hold seven warps each time (the host gives FP8 MT = 2: a warp
-// then has two batches a tile, as at BF16 with MT = 1). Same layout,
-// pieces and sums as k_head_mma (NB == 1). H200, 4K batch 1, dev us a
-// step (RESULTS.md, nineteenth round): stock 220.0-223.1 -> 213.2-216.6
-// (its head 147.6 -> 136.0-136.8 us after the wait, 4.55 TB/s); mtpq
-// 120.0-121.0 -> 119.9-120.7 at MT = 2, but 125.3-126.3 at MT = 1 (one
-// batch a warp between meetings, and 3 blocks an SM where MT = 2 has 2:
-// which of the two cost it was not separated).
+// then has two batches a tile, as at BF16 with MT = 1; ledger 15). Same
+// layout, pieces and sums as k_head_mma (NB == 1).
 template <int F, int MT>
 __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_task *tasks, unsigned *q) {
   RT_TL_START();
@@ -254,30 +244,13 @@ __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_t
 
 // The FP8 or BF16 head on tensor cores where it applies (k_head_mma: one
 // task, cols % 64 == 0, its x pieces within RT_HEAD_SMEM bytes of shared
-// memory). H200, 4K batch 1: mtpq 144.8 -> 139.1 us a step (ncu: the head
-// 57.9 -> 55.5 us); the stock drafter's BF16 head did not move
-// (tests/bench/RESULTS.md, ninth round). At 2..8 tokens the FFMA head's
-// instructions grow with the tokens (k_mv: a conversion per weight, an FMA
-// per weight and token, x per band and token from L1), the MMA's do not
-// until 3 tokens fill its 8 columns. MTPQ_CUDA_HEAD_MMA: 0 none, 1 one token
-// only, 2 (the default) 1..8 tokens (H200, 4K: mtpq batch 2/4/8 201.3 /
-// 725.5 at 1 -> 180.0 / 397.3 us a step, stock 298.5 / 989.9 -> 286.4 /
-// 545.6; tests/bench/RESULTS.md, twelfth round). Streaming the one-token
-// head's weights through the bulk copy engine instead (16-row tiles in
-// shared memory, ~200 KB in flight per SM, all of the first requested before
-// the wait) measured no faster: 55.2 us under ncu against 55.5-57.5, the
-// step 136.9-137.7 vs 136.0 (twelfth round). At one token the tiles now go
-// to the blocks on request (k_head_dyn, kernels/rt_head.cuh), which did move
-// the stock head: 147.6 -> 136 us (nineteenth round).
+// memory): k_head_dyn at one token, k_head_mma at 2..8, where the FFMA
+// head's instructions grow with the tokens (a conversion per weight, an FMA
+// per weight and token, x per band and token from L1) and the MMA's do not
+// until 3 tokens fill its 8 columns (ledger 14; tune head_mma=0: the FFMA
+// head). Why not stream the weights through the bulk copy engine: no
+// faster (ledger 14).
 #define RT_HEAD_SMEM (110 * 1024)
-
-// the token slots a launch is compiled for (the NB of k_mv and k_head_mma): 1, 2, 4 or 8
-
-// the pieces x takes in an MMA product of format f (1 FP8, 0 BF16) at NB
-// token slots: two f16 pieces for FP8 at 8 (16 MMA columns, not 24: one
-// n-tile fewer; rt_split_p), else three. H200, 4K batch 8: mtpq 265.1 ->
-// 243.4 / 243.6 us a step; at 4 (12 -> 8 columns) 177.7 -> 177.1, no
-// gain, so three stay there (tests/bench/RESULTS.md, twenty-ninth round)
 
 // k_head_mma's dynamic shared memory: NB tokens' P pieces of cols (+ 16 padding) halves
 static size_t head_mma_smem(int NB, int P, int64_t cols) { return (size_t)P * NB * (size_t)(cols + 16) * 2; }
@@ -310,7 +283,7 @@ template <int F, int MT> static void head_dyn_run(gpu_session *g, const mv_launc
   static head_state hs;
   const int64_t tiles = (m.rows + 16 * MT - 1) / (16 * MT);
   go(g, true, k_head_dyn<F, MT>, dim3(head_blocks(g, hs, k_head_dyn<F, MT>, smem, tiles)), dim3(256), smem,
-     (const dlin *)g->lins, (const mv_task *)m.dev, g->hq);
+     (const dlin *)g->w.lins, (const mv_task *)m.dev, g->x.hq);
 }
 
 template <int F, int NB, int P = 3> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
@@ -322,12 +295,12 @@ template <int F, int NB, int P = 3> static void head_mma_run(gpu_session *g, con
   static head_state hs;
   const int64_t tiles = (m.rows + 15) / 16;
   const unsigned nblk = head_blocks(g, hs, k_head_mma<F, NB, P>, smem, (tiles + 7) / 8);
-  go(g, true, k_head_mma<F, NB, P>, dim3(nblk), dim3(256), smem, (const dlin *)g->lins, (const mv_task *)m.dev,
-     (const int *)g->sel);
+  go(g, true, k_head_mma<F, NB, P>, dim3(nblk), dim3(256), smem, (const dlin *)g->w.lins, (const mv_task *)m.dev,
+     (const int *)g->x.sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
-  const int P = mma_pieces(g, m.fmt, NB);
+  const int P = mma_pieces(m.fmt, NB);
   const size_t smem = head_mma_smem(NB, P, m.cols);
   if (m.fmt != 1)
     head_mma_run<0, NB>(g, m, smem);
@@ -339,8 +312,8 @@ template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {
 
 bool head_mma_launch(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
-  if (!g->tune.head_mma || !g->fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
-      head_mma_smem(NB, mma_pieces(g, m.fmt, NB), m.cols) > RT_HEAD_SMEM)
+  if (!g->set.tune.head_mma || !g->set.fast || !m.best || (m.fmt != 0 && m.fmt != 1) || m.ntask != 1 || m.cols % 64 ||
+      head_mma_smem(NB, mma_pieces(m.fmt, NB), m.cols) > RT_HEAD_SMEM)
     return false;
   switch (NB) {
   case 1: head_mma_nb<1>(g, m); break;

@@ -1,10 +1,8 @@
-// The stock drafter's BF16 head through cuBLASLt: the argmax kernel after
-// the GEMM and its host side, lt_head (included by kernels/runtime_cuda.cu,
-// which decides the token counts: MTPQ_CUDA_LT). Where and why cuBLASLt:
-// the stock drafter's BF16 head at several tokens, where its Hopper kernels
-// (wgmma, TMA) stream the 622 MB of weights at ~4.1 TB/s against
-// k_head_mma's ~3.3 at 8 tokens (tests/bench/lt_bench.cu; RESULTS.md,
-// thirtieth round). It keeps the numerics contract the same way k_head_mma
+// The stock drafter's BF16 head through cuBLASLt: the GEMM (lt_head), the
+// argmax kernel after it, and the plan of each token count (from tune lt
+// tokens a step). Where and why cuBLASLt: the stock drafter's BF16 head at
+// several tokens, where its Hopper kernels (wgmma, TMA) stream the head's
+// weights faster than k_head_mma (ledger 2). It keeps the numerics contract the same way k_head_mma
 // does: x (float32) goes in as three BF16 pieces hi + mid + lo (all 24 bits;
 // k_final writes them beside its output), a GEMM column each, so every
 // weight x piece product is exact and the sums are float32; the three
@@ -123,27 +121,27 @@ static bool lt_head_build(cublasLtHandle_t lt, lt_head &h, const void *w, int64_
 // then lt_head_build. cuBLASLt declining the shape leaves the head on
 // k_head_mma (not an error); a failed allocation is one.
 enum mtpq_status lt_plan(gpu_session *g, int n, plan &p, struct mtpq_err *err) {
-  const dlin &L = g->host_lins[L_HEAD];
-  if (!g->lt_min || n < g->lt_min || L.f != LIN_BF16 || !L.w || !g->tune.head_mma) return MTPQ_OK; // (head_mma=0: all on k_mv)
+  const dlin &L = g->w.host[L_HEAD];
+  if (!g->set.lt_min || n < g->set.lt_min || L.f != LIN_BF16 || !L.w || !g->set.tune.head_mma) return MTPQ_OK; // (head_mma=0: all on k_mv)
   enum mtpq_status st = MTPQ_OK;
-  if (!g->lt && cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS) {
-    g->lt = nullptr, g->lt_min = 0; // no cuBLASLt: the head stays on k_head_mma
+  if (!g->lt.h && cublasLtCreate(&g->lt.h) != CUBLAS_STATUS_SUCCESS) {
+    g->lt.h = nullptr, g->set.lt_min = 0; // no cuBLASLt: the head stays on k_head_mma
     return MTPQ_OK;
   }
-  if (!g->lt_ws) st = dalloc(g, &g->lt_ws, LT_WS, err);
-  if (!st && !g->lt_b) st = dzalloc(g, &g->lt_b, (size_t)(L.cols * 3 * RT_NMAX) * 2, err);
-  if (!st && !g->lt_d) st = dalloc(g, &g->lt_d, (size_t)(L.rows * 3 * RT_NMAX) * 4, err);
-  if (!st) lt_head_build(g->lt, p.lt, L.w, L.rows, L.cols, n, g->lt_b, g->lt_d, g->lt_ws, LT_WS, g->st);
+  if (!g->lt.ws) st = dalloc(g, &g->lt.ws, LT_WS, err);
+  if (!st && !g->lt.b) st = dzalloc(g, &g->lt.b, (size_t)(L.cols * 3 * RT_NMAX) * 2, err);
+  if (!st && !g->lt.d) st = dalloc(g, &g->lt.d, (size_t)(L.rows * 3 * RT_NMAX) * 4, err);
+  if (!st) lt_head_build(g->lt.h, p.lt, L.w, L.rows, L.cols, n, g->lt.b, g->lt.d, g->lt.ws, LT_WS, g->st);
   if (!st) CK(cudaStreamSynchronize(g->st));
   return st;
 }
 
 // the head of a chain step through cuBLASLt: the GEMM of x's pieces (from
-// k_final), the argmax into g->best (as k_head_mma leaves it)
+// k_final), the argmax into g->x.best (as k_head_mma leaves it)
 void lt_run(gpu_session *g, int n) {
-  const dlin &L = g->host_lins[L_HEAD];
-  lt_head_matmul(g->lt, g->plans[n].lt, g->plans[n].lt.algo, L.w, g->lt_b, g->lt_d, g->lt_ws, LT_WS, g->on);
+  const dlin &L = g->w.host[L_HEAD];
+  lt_head_matmul(g->lt.h, g->plans[n].lt, g->plans[n].lt.algo, L.w, g->lt.b, g->lt.d, g->lt.ws, LT_WS, g->on);
   go(g, true, k_lt_argmax, dim3((unsigned)((L.rows + 256 * RT_LT_ROWS - 1) / (256 * RT_LT_ROWS)), n), dim3(256), 0,
-     (const float *)g->lt_d, L.rows, g->best);
+     (const float *)g->lt.d, L.rows, g->x.best);
 }
 

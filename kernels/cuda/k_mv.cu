@@ -137,17 +137,14 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
 // warp's weight loads as many, but a band of x loaded by a warp serves R
 // rows instead of one: at one row per warp fc and o (K = 4,096) read 4 bytes
 // of x per byte of FP8 weights and the routed experts' down (10 terms of
-// 512 columns) 7 per byte of NVFP4, which came from L2 (ncu: fc and o 9.7
-// us for 8 MB; splitting their rows over warps without sharing x did not
-// move them, tests/bench/RESULTS.md).
+// 512 columns) 7 per byte of NVFP4, from L2 (ledger 8).
 //
 // fl (RT_MV_*): LATE_TRIGGER lets the next launch start only after this one's
 // wait, so once it starts every launch before this one is complete;
 // SEL_EARLY (a launch after such a one, two or more after the routing) reads
 // sel and the routing weights before its wait, from L2 (not L1, which may
 // hold an earlier step's), so its routed weights are requested before the
-// wait as a dense task's are. H200, 4K batch 1: 140.4 -> 137.6 us a step
-// (32K: 205.1 -> 203.0; tests/bench/RESULTS.md, tenth round).
+// wait as a dense task's are (ledger 9).
 template <int NB, int R, int U, int FMT, int S = 1>
 __global__ void __launch_bounds__(256, FMT == 3 || NB > 2 ? 1 : 2)
     k_mv(const dlin *tab, const mv_task *tasks, const int *sel, int fl, mv_flat fg) {
@@ -339,19 +336,16 @@ template <int NB, int R, int U, int F, int S = 1> static void mv_run(gpu_session
     fg.n = tot < bx * m.ntask && tot <= cap ? m.ntask : 0;
   }
   const dim3 grid = fg.n ? dim3((unsigned)fg.off[fg.n]) : dim3((unsigned)(bx < cap ? bx : cap), (unsigned)m.ntask);
-  go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->lins, (const mv_task *)m.dev,
-     (const int *)g->sel, m.fl, fg);
+  go(g, true, k_mv<NB, R, U, F, S>, grid, dim3(256), 0, (const dlin *)g->w.lins, (const mv_task *)m.dev,
+     (const int *)g->x.sel, m.fl, fg);
 }
 
 // One token, one row per warp by the wave rule, plain y (fc, o, the routed
 // experts' down, the router, the shared expert's gate/up): instead, sets of
 // S rows, each shared by S warps (k_mv's S = R): the same blocks and the
 // same weight loads per warp, but each band of x a warp loads serves S rows.
-// S: the most of 8, 4, 2 up to MTPQ_CUDA_SPLITK (default 4; 0 or 1 none)
-// that leaves no warp without a (term, band) group; false where this does
-// not apply.
-// 4K batch 1 on the H200: 150.5 -> 144.6 us, fc and o 9.7 -> 7.5 us, the
-// experts' down 12.1 -> 10.0 under ncu (tests/bench/RESULTS.md)
+// S: 4 or 2, the most that leaves no warp without a (term, band) group
+// (8 was slower: ledger 8); false where this does not apply.
 template <int NB, int R, int S> static void mv_split_run(gpu_session *g, const mv_launch &m) {
   if constexpr (NB == 1) {
     switch (m.fmt) {
@@ -367,9 +361,7 @@ template <int NB, int R, int S> static void mv_split_run(gpu_session *g, const m
 
 // r: the rows per warp the wave rule chose (1, or 2 at 2..8 tokens); the
 // launch runs as sets of R = r x S rows, each shared by S warps (the same
-// blocks); instances: those ptxas fits without spills. At 2..8 tokens on the
-// H200 (4K): batch 2 218.8 -> 204.9 us a step, batch 4 and 8 0.7 and 6 us
-// less (tests/bench/RESULTS.md, ninth round)
+// blocks); instances: those ptxas fits without spills (ledger 8)
 template <int NB> static bool mv_split(gpu_session *g, const mv_launch &m, int r) {
   if (m.best || m.glu || m.fmt < 0 || m.fmt > (NB == 1 ? 2 : 1)) return false;
   for (int S : {4, 2}) {
@@ -387,7 +379,8 @@ template <int NB> static bool mv_split(gpu_session *g, const mv_launch &m, int r
 
 // U: loads in flight per lane: 128 bytes of weights at one token (NVFP4
 // chunks are 8 bytes, FP8 16, BF16 32 in two loads), less from 2 tokens on
-// (their registers go to the activations; more spills)
+// (their registers go to the activations; more spills); NVFP4 at one token
+// 16 a lane at 8 rows a warp, 8 below (ledger 10)
 template <int NB, int R> static void mv_go(gpu_session *g, const mv_launch &m) {
   constexpr int U = R == 5 ? 10 : R == 6 ? 12 : NB >= 4 ? 4 : 8; // (5, 6 rows: two bands a batch)
   switch (m.fmt) {
@@ -412,9 +405,8 @@ static int64_t mv_blocks(const mv_launch &m, int R) {
 
 // A dense FP8/BF16 launch at 2..8 tokens too large for one wave even at 8
 // rows per warp (the head): 8 rows per warp, so each band of x loaded
-// serves 8 rows. At 2 rows per warp (the wave rule's choice) the 2-token
-// head loaded 4 bytes of x through L1 per byte of FP8 weights, and took
-// 144.7 us against 57.5 at one token (ncu, tests/bench/RESULTS.md).
+// serves 8 rows (at the wave rule's 2 rows a warp the 2-token head loaded 4
+// bytes of x through L1 per byte of FP8 weights).
 template <int NB> static void mv_big(gpu_session *g, const mv_launch &m) {
   // rows per warp, FP8 and BF16: the most ptxas fits without spilling (BF16 at 8 tokens: 40 bytes)
   constexpr int R1 = NB <= 4 ? 8 : 4, R0 = NB == 4 ? 8 : 4;
@@ -430,21 +422,17 @@ template <int NB> static void mv_nb(gpu_session *g, const mv_launch &m, int64_t 
 
 void mv_ffma_launch(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
-  if (!g->fast) {
+  if (!g->set.fast) {
     int64_t bx = (m.rows + 7) / 8;
     go(g, true, k_mv_any, dim3((unsigned)(bx < 4096 ? bx : 4096), (unsigned)m.ntask), dim3(256), 0,
-       (const dlin *)g->lins, (const mv_task *)m.dev, (const int *)g->sel);
+       (const dlin *)g->w.lins, (const mv_task *)m.dev, (const int *)g->x.sel);
     return;
   }
   // the fewest rows per warp (a warp's loads all in flight at once) that
   // still fit the launch in one wave of resident blocks; beyond that the
-  // grid is persistent and each warp loops over row sets. Allowing a
-  // quarter over the wave left q/k/v a short second wave (3.7 us slower a
-  // step at 4K batch 1); at one token 5 rows per warp put the 80B shape's
-  // q/k/v (9,216 rows) and routed gate/up (20 x 512) in one wave where 4
-  // left a second (under ncu, with rt_terms' addressing: 12.0 -> 11.5 and
-  // 17.4 -> 11.5 us, though the step as a graph did not move;
-  // tests/bench/RESULTS.md)
+  // grid is persistent and each warp loops over row sets (a quarter over the
+  // wave left a short second wave; at one token 5 rows a warp put the 80B
+  // shape's q/k/v in one wave where 4 left a second: ledger 11)
   const int64_t wave = (int64_t)g->sms * (NB <= 2 && m.fmt != 3 ? 2 : 1);
   if (NB > 1 && (m.fmt == 0 || m.fmt == 1) && mv_blocks(m, 8) > wave) {
     NB == 2 ? mv_big<2>(g, m) : NB == 4 ? mv_big<4>(g, m) : mv_big<8>(g, m);

@@ -16,9 +16,8 @@
 // With NX the bounds checks fold away and a thread keeps NX / 256 values:
 // the general instances' loads, each followed by its own bounds select,
 // reached the SASS as a load, a use, a load... and a warp issues in order,
-// so k_final's three inputs landed in seven round trips one after another
-// (4 us after its wait in the per-block timeline; RESULTS.md, seventeenth
-// round)
+// so k_final's three inputs landed in seven L2 trips one after another
+// (per-block timeline; ledger 20)
 #define RT_NQX(NX) ((NX) ? (NX) / 256 : RT_NQ)
 // Their launch bounds: blockDim 256 (without, ptxas plans for 1,024 threads
 // and 64 registers, and the exact instance reused registers between loads as
@@ -139,10 +138,9 @@ template <int NX> __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
   const int64_t o = (int64_t)blockIdx.x * n;
   // every load before the first store: with a store between them each load
   // waited for the one before (y and x0 may alias as far as the compiler
-  // knows), eight L2 round trips in turn; 3.2 -> 2.8-2.9 us after the wait
-  // in the per-block timeline (tests/bench/RESULTS.md, sixteenth round);
-  // through rt_ld_row the SASS keeps that order too (ldchain.py: no load
-  // after a store; before, 17 y loads came after the stores of slots 1, 2)
+  // knows), eight L2 trips one after another (ledger 20); through
+  // rt_ld_row the SASS keeps that order too (tests/bench/ldchain.py checks
+  // that no load comes after a store)
   float v[NQ], v2[NQ];
   rt_ld_row(y + o, n, v);
   rt_ld_row(x0 + o, n, v2);
@@ -181,13 +179,11 @@ template <int N> __device__ __forceinline__ void rt_sort_desc(unsigned long long
 // grid (blocks, tokens), 32 * ceil(E / 512) threads: softmax over E router
 // logits, top-K (ties to the lower expert), optional renormalisation; slot K
 // gets sigmoid(shared_expert_gate). A thread keeps logits e = tid + nt * i
-// in registers (at E <= 512 one warp, the order of its sums as before); a
-// round of the K is a maximum of 64-bit keys (numerator, expert) over the
-// warp's sorted lists (one warp), or over the thread's registers and the
-// block (E > 512). With its selection spread over 16 warps, a key a thread,
-// the routing took as long as with one (6.5-7.8 us after its wait; tried,
-// not kept: tests/bench/RESULTS.md, sixteenth round). The chosen numerator
-// comes back out of the key (p >= 0). One block a token.
+// in registers (at E <= 512 one warp); each of the K picks is a maximum of
+// 64-bit keys (numerator, expert) over the warp's sorted lists (one warp),
+// or over the thread's registers and the block (E > 512). Why not spread the
+// selection over 16 warps, a key a thread: no faster (ledger 21). The chosen
+// numerator comes back out of the key (p >= 0). One block a token.
 __global__ void k_route(const float *logits, const float *z, int E, int K, int renorm, int have_shared, int *sel,
                         float *wsel) {
   RT_TL_START();
@@ -211,7 +207,7 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   RT_TL_MID(1, m); // the logits landed, their maximum
   // the numerators without a branch per logit (the disassembly had one
   // around each exponential and each division, so a lane's 16 ran one
-  // after another: ~2 us in the per-block timeline): a logit past E is
+  // after another): a logit past E is
   // -inf, its exponential 0, and adding it changes no sum
   float s = 0;
 #pragma unroll
@@ -219,8 +215,8 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   s = rt_block_reduce(s, 1, nw, fsh);
   // keys of the numerators, not of the probabilities p / s: one division by
   // s > 0 keeps their order, so only the K chosen are divided (after the
-  // rounds; the same quotients). The one difference: two numerators whose
-  // quotients round to one value were taken by index, now by size
+  // picks; the same quotients). The one difference: two numerators whose
+  // quotients are equal after rounding are taken by size, not by index
   unsigned long long key[RT_RPT];
 #pragma unroll
   for (int i = 0; i < RT_RPT; i++) {
@@ -231,11 +227,11 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
   RT_TL_MID(2, __uint_as_float((uint32_t)(key[0] >> 32))); // the softmax and its keys
   if (nw == 1) {
     // One warp (E <= 512): each lane's keys sorted once, largest first, so
-    // a round is one maximum over the lanes' first keys and a shift in the
+    // a pick is one maximum over the lanes' first keys and a shift in the
     // lane that held it, ~45 instructions where a tree over the lane's 16
-    // keys, two dependent warp reductions and a clear took ~145. The step
-    // measured no faster for it (H200, tests/bench/RESULTS.md, eighteenth
-    // round): kept as the form the whole gpu suite ran. Only where two
+    // keys, two dependent warp reductions and a clear took ~145 (the step
+    // was no faster for it: ledger 21; kept as the form the whole gpu suite
+    // ran). Only where two
     // lanes' first keys share the high word (equal numerators) is the low
     // word (the lower expert) reduced too. The same choice.
     rt_sort_desc(key);
@@ -278,16 +274,14 @@ __global__ void k_route(const float *logits, const float *z, int E, int K, int r
       if (tid == 0) chosen[k] = e, cval[k] = v;
     }
   // the chosen probabilities, K divisions in parallel; their sum in the
-  // order chosen, as the rounds summed them before
+  // order chosen
   __syncthreads();
   if (tid < K) cval[tid] = cval[tid] / s;
   __syncthreads();
   float tot = 0;
   for (int k = 0; k < K; k++) tot += cval[k];
   // the choice written once, K threads in parallel, the same quotients v /
-  // tot (thread 0 wrote each weight and then divided it in place: ten
-  // dependent round trips to L2, though the timeline did not show the
-  // routing faster without them)
+  // tot
   if (tid < K) {
     sel[t * RT_KST + tid] = chosen[tid];
     wsel[t * RT_KST + tid] = renorm ? cval[tid] / tot : cval[tid];
@@ -368,43 +362,43 @@ static bool nx(const gpu_session *g) { return g->d->H == 2048; }
 
 void ops_prep(gpu_session *g, int n) {
   const struct mtpq_rt_model *d = g->d;
-  go(g, false, nx(g) ? k_prep<2048> : k_prep<0>, dim3(n, 2), dim3(256), 0, (const uint8_t *)g->embed,
-     (const int *)g->tok, (const float *)g->out, (int)d->H, (const float *)g->nrm[0], (const float *)g->nrm[1], d->eps,
-     g->c, g->best, n);
+  go(g, false, nx(g) ? k_prep<2048> : k_prep<0>, dim3(n, 2), dim3(256), 0, (const uint8_t *)g->w.embed,
+     (const int *)g->io.tok, (const float *)g->x.out, (int)d->H, (const float *)g->w.nrm[0], (const float *)g->w.nrm[1], d->eps,
+     g->x.c, g->x.best, n);
 }
 
 void ops_norm(gpu_session *g, int n) {
-  go(g, true, nx(g) ? k_norm<2048> : k_norm<0>, dim3(n), dim3(256), 0, (const float *)g->x0,
-     (const float *)g->nrm[2], (int)g->d->H, g->d->eps, g->a);
+  go(g, true, nx(g) ? k_norm<2048> : k_norm<0>, dim3(n), dim3(256), 0, (const float *)g->x.x0,
+     (const float *)g->w.nrm[2], (int)g->d->H, g->d->eps, g->x.a);
 }
 
 void ops_add_norm(gpu_session *g, int n) {
-  go(g, true, nx(g) ? k_add_norm<2048> : k_add_norm<0>, dim3(n), dim3(256), 0, g->y, (const float *)g->x0,
-     (const float *)g->nrm[3], (int)g->d->H, g->d->eps, g->y2);
+  go(g, true, nx(g) ? k_add_norm<2048> : k_add_norm<0>, dim3(n), dim3(256), 0, g->x.y, (const float *)g->x.x0,
+     (const float *)g->w.nrm[3], (int)g->d->H, g->d->eps, g->x.y2);
 }
 
 // slots slot0 .. slot0 + nslot - 1 of each of the n tokens' K + 1 slots
 void ops_swiglu(gpu_session *g, int n, int slot0, int nslot, int blocks) {
-  go(g, true, k_swiglu, dim3((unsigned)blocks), dim3(256), 0, (const float *)g->gb, (const float *)g->ub, g->act, n,
+  go(g, true, k_swiglu, dim3((unsigned)blocks), dim3(256), 0, (const float *)g->x.gb, (const float *)g->x.ub, g->x.act, n,
      slot0, nslot, g->K + 1, (int)g->IM, g->IM);
 }
 
 void ops_route(gpu_session *g, int n) {
   const struct mtpq_rt_model *d = g->d;
   go(g, true, k_route, dim3(1, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
-     (const float *)g->pr, (const float *)g->z, (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->sel,
-     g->wsel);
+     (const float *)g->x.pr, (const float *)g->x.z, (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->x.sel,
+     g->x.wsel);
 }
 
 // pieces: the cuBLASLt head's x (its three BF16 pieces), or NULL
 void ops_final(gpu_session *g, int n, bool pdl, __nv_bfloat16 *pieces) {
   const struct mtpq_rt_model *d = g->d;
-  go(g, pdl, nx(g) ? k_final<2048> : k_final<0>, dim3(n), dim3(256), 0, g->m, (const float *)g->m2,
-     (const float *)g->y, (const float *)(d->moe ? g->wsel + g->K : nullptr), (const float *)g->nrm[6], (int)d->H,
-     d->eps, g->out, pieces);
+  go(g, pdl, nx(g) ? k_final<2048> : k_final<0>, dim3(n), dim3(256), 0, g->x.m, (const float *)g->x.m2,
+     (const float *)g->x.y, (const float *)(d->moe ? g->x.wsel + g->K : nullptr), (const float *)g->w.nrm[6], (int)d->H,
+     d->eps, g->x.out, pieces);
 }
 
 void ops_next(gpu_session *g, int n) {
-  go(g, true, k_next, dim3(1), dim3(32), 0, (const unsigned long long *)g->best, (const int64_t *)g->ids, g->tok,
-     g->pos, g->rec, g->stepc, n);
+  go(g, true, k_next, dim3(1), dim3(32), 0, (const unsigned long long *)g->x.best, (const int64_t *)g->w.ids, g->io.tok,
+     g->io.pos, g->io.rec, g->io.stepc, n);
 }

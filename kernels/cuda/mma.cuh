@@ -28,7 +28,7 @@ __device__ __forceinline__ void rt_mma16816(float (&c)[4], uint32_t a0, uint32_t
 #endif
 }
 
-// v as three pieces of the half type H (hi + mid + lo), each a round to nearest of what is left
+// v as three pieces of the half type H (hi + mid + lo), each what is left rounded to nearest
 template <typename H> __device__ __forceinline__ void rt_split3(float v, H &hi, H &mid, H &lo) {
   if constexpr (std::is_same<H, __half>::value) {
     hi = __float2half_rn(v);
@@ -44,7 +44,7 @@ template <typename H> __device__ __forceinline__ void rt_split3(float v, H &hi, 
 }
 
 // v as P pieces of H at q[0], q[ps] (and q[2 ps]): P = 3, rt_split3 (all 24
-// bits); P = 2, f16 only: hi + lo, each a round to nearest, so v to 2^-23
+// bits); P = 2, f16 only: hi + lo, each rounded to nearest, so v to 2^-23
 // of itself (float's own rounding is 2^-24): at 8 tokens the FP8
 // products' x then fills 16 MMA columns where three pieces took 24, one
 // n-tile fewer (MMAs and shared-memory loads of x a band)

@@ -22,17 +22,17 @@ static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v,
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
   m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
   m->plain = true; // (each task below, v[0] included)
-  const int64_t cols0 = g->host_lins[v[0].t[0].lin].cols;
+  const int64_t cols0 = g->w.host[v[0].t[0].lin].cols;
   m->cols = cols0; // (task 0's)
   for (const mv_task &t : v) {
-    const dlin &L0 = g->host_lins[t.t[0].lin];
+    const dlin &L0 = g->w.host[t.t[0].lin];
     m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w && !t.glu && !t.best && t.y &&
                L0.cols == cols0;
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const int gr = t.nterm * (int)((L0.cols + 511) / 512);
     m->groups = !m->groups || gr < m->groups ? gr : m->groups;
     for (int k = 0; k < t.nterm; k++) { // sel-chosen experts all share the shape of expert 0
-      const dlin &L = g->host_lins[t.t[k].lin];
+      const dlin &L = g->w.host[t.t[k].lin];
       if (L.rows != L0.rows || L.cols != L0.cols)
         return mtpq_err_set(err, MTPQ_E_INTERNAL, "a task's terms differ in shape");
       m->fmt = m->fmt < 0 || m->fmt == L.f ? L.f : 3;
@@ -48,11 +48,11 @@ enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
   const struct mtpq_rt_model *d = g->d;
   const int64_t H = d->H, KV = d->Nkv * d->D, QG = 2 * d->Nq * d->D, E = d->moe ? d->E : 0, IM = g->IM;
   const int K = g->K, S = K + 1;
-  enum mtpq_status st = put_tasks(g, {dense_task(L_FC, g->c, 2 * H, g->x0, H, n)}, &p.fc, err);
+  enum mtpq_status st = put_tasks(g, {dense_task(L_FC, g->x.c, 2 * H, g->x.x0, H, n)}, &p.fc, err);
   if (!st)
-    st = put_tasks(g, {dense_task(L_Q, g->a, H, g->qg, QG, n), dense_task(L_K, g->a, H, g->kk, KV, n),
-                       dense_task(L_V, g->a, H, g->vv, KV, n)}, &p.qkv, err);
-  if (!st) st = put_tasks(g, {dense_task(L_O, g->att, d->Nq * d->D, g->y, H, n)}, &p.o, err);
+    st = put_tasks(g, {dense_task(L_Q, g->x.a, H, g->x.qg, QG, n), dense_task(L_K, g->x.a, H, g->x.kk, KV, n),
+                       dense_task(L_V, g->x.a, H, g->x.vv, KV, n)}, &p.qkv, err);
+  if (!st) st = put_tasks(g, {dense_task(L_O, g->x.att, d->Nq * d->D, g->x.y, H, n)}, &p.o, err);
   // the routed experts (one format) and the shared expert (often another)
   // run as separate launches so that each kernel is single-format; the
   // shared expert's down projection goes to m2, and k_final adds the two,
@@ -60,29 +60,29 @@ enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
   std::vector<mv_task> rs, gu, gus, down, downs;
   const bool shared = d->sg.w != nullptr;
   if (E) {
-    rs.push_back(dense_task(L_ROUTER, g->y2, H, g->pr, E, n));
-    if (d->seg.w) rs.push_back(dense_task(L_SEG, g->y2, H, g->z, 1, n));
+    rs.push_back(dense_task(L_ROUTER, g->x.y2, H, g->x.pr, E, n));
+    if (d->seg.w) rs.push_back(dense_task(L_SEG, g->x.y2, H, g->x.z, 1, n));
     for (int t = 0; t < n; t++)
       for (int k = 0; k < K; k++)
-        for (int w = 0; w < (g->glu ? 1 : 2); w++) {
-          float *y = g->glu ? g->act : w ? g->ub : g->gb; // pairs: silu(gate) * up straight into act
-          mv_task x = dense_task(L_EXPERTS + (int)(w * E), g->y2 + t * H, H, y + (t * S + k) * IM, 0, 1);
-          x.tok = t, x.t[0].sel_k = k, x.glu = g->glu;
+        for (int w = 0; w < (g->set.glu ? 1 : 2); w++) {
+          float *y = g->set.glu ? g->x.act : w ? g->x.ub : g->x.gb; // pairs: silu(gate) * up straight into act
+          mv_task x = dense_task(L_EXPERTS + (int)(w * E), g->x.y2 + t * H, H, y + (t * S + k) * IM, 0, 1);
+          x.tok = t, x.t[0].sel_k = k, x.glu = g->set.glu;
           gu.push_back(x);
         }
     for (int t = 0; t < n; t++) {
-      mv_task x = dense_task(L_EXPERTS + (int)(2 * E), nullptr, 0, g->m + t * H, 0, 1);
+      mv_task x = dense_task(L_EXPERTS + (int)(2 * E), nullptr, 0, g->x.m + t * H, 0, 1);
       x.tok = t, x.nterm = 0;
       for (int k = 0; k < K; k++)
-        x.t[x.nterm++] = mv_term{(int)(L_EXPERTS + 2 * E), k, g->act + (t * S + k) * IM, g->wsel + t * RT_KST + k};
+        x.t[x.nterm++] = mv_term{(int)(L_EXPERTS + 2 * E), k, g->x.act + (t * S + k) * IM, g->x.wsel + t * RT_KST + k};
       down.push_back(x);
     }
   }
   if (shared) // unweighted: k_final applies sigmoid(shared_expert_gate), which the routing computes
-    downs.push_back(dense_task(L_SD, g->act + K * IM, S * IM, g->m2, H, n));
+    downs.push_back(dense_task(L_SD, g->x.act + K * IM, S * IM, g->x.m2, H, n));
   if (shared) {
-    gus.push_back(dense_task(L_SG, g->y2, H, g->gb + K * IM, S * IM, n));
-    gus.push_back(dense_task(L_SU, g->y2, H, g->ub + K * IM, S * IM, n));
+    gus.push_back(dense_task(L_SG, g->x.y2, H, g->x.gb + K * IM, S * IM, n));
+    gus.push_back(dense_task(L_SU, g->x.y2, H, g->x.ub + K * IM, S * IM, n));
   }
   if (!st) st = put_tasks(g, rs, &p.rs, err);
   if (!st) st = put_tasks(g, gu, &p.gu, err);
@@ -94,32 +94,21 @@ enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
   // it waits (k_mv's flags)
   p.gu.fl = RT_MV_LATE_TRIGGER;
   p.down.fl = RT_MV_SEL_EARLY;
-  mv_task hd = dense_task(L_HEAD, g->out, H, nullptr, d->head.rows, n);
-  hd.best = g->best;
+  mv_task hd = dense_task(L_HEAD, g->x.out, H, nullptr, d->head.rows, n);
+  hd.best = g->x.best;
   if (!st) st = put_tasks(g, {hd}, &p.head, err);
-  hd.logits = g->logits;
+  hd.logits = g->x.logits;
   if (!st) st = put_tasks(g, {hd}, &p.head_logits, err);
   if (!st) st = lt_plan(g, n, p, err);
   p.built = !st;
   return st;
 }
 
-// The plain dense products at one token (fc, q/k/v, o, router, shared
-// expert) with all of their weights requested before the wait, through the
-// bulk copy engine into shared memory (at most 110 KB a block, so that the
-// next launch's blocks fit beside it), and products on tensor cores: under
-// ncu fc 7.6 -> 6.9 us, q/k/v 11.7 -> 10.4, o 7.4 -> 6.8, but the step no
-// faster (139.6 vs 138.1-138.6 us; tests/bench/RESULTS.md, twelfth round):
-// what these kernels cost the chain is not the time their weights take to
-// arrive. Also tried and not kept: the plain products at 2..8 tokens on
-// k_head_mma's tensor-core layout (S = 1, 2 or 8 warps a 16-row tile; code
-// in commit 7b88be6): correct, but under ncu at 4K batch 8 fc 23.0 -> 35.3
-// us, o 22.6 -> 33.8, q/k/v 57.9 -> 57.8, and the step slower at batch 2
-// and 8 (179.0 -> 185.9, 397.5 -> 406.2 us): every block turns all of x
-// into pieces in shared memory after its wait (8 tokens x 4,096 columns for
-// fc), which a product of few rows cannot amortise as the head does
-// (tests/bench/RESULTS.md, thirteenth round). k_dmma now takes those
-// products: a block converts only its 512-column slice (launch_dmma).
+// A product launch on the kernel that takes it: the head on tensor cores
+// where its shape allows (k_head.cu), plain dense products at 2..8 tokens on
+// k_dmma (k_dmma.cu), everything else on k_mv's FFMA kernels (k_mv.cu). Why
+// not tensor cores for the one-token dense products: each kernel was faster
+// alone, the step was not (ledger 6).
 void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
   if (head_mma_launch(g, m) || dmma_launch(g, m)) return;

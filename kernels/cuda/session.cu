@@ -100,13 +100,13 @@ extern "C" void mtpq__cuda_session_close(void *p) {
     if (pl.chain) cudaGraphExecDestroy(pl.chain);
     lt_head_destroy(pl.lt);
   }
-  if (g->lt) cublasLtDestroy(g->lt);
+  if (g->lt.h) cublasLtDestroy(g->lt.h);
   for (void *a : g->allocs) cudaFree(a);
-  if (g->h_rec) cudaFreeHost(g->h_rec);
-  if (g->stage_h) cudaFreeHost(g->stage_h);
+  if (g->io.h_rec) cudaFreeHost(g->io.h_rec);
+  if (g->io.host) cudaFreeHost(g->io.host);
   if (g->flush_buf) cudaFree(g->flush_buf);
-  if (g->t0) cudaEventDestroy(g->t0);
-  if (g->t1) cudaEventDestroy(g->t1);
+  if (g->prof.t0) cudaEventDestroy(g->prof.t0);
+  if (g->prof.t1) cudaEventDestroy(g->prof.t1);
   if (g->st) cudaStreamDestroy(g->st);
   if (g->st2) cudaStreamDestroy(g->st2);
   if (g->fork) cudaEventDestroy(g->fork);
@@ -148,16 +148,16 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
                         "%lld", (long long)max_pos, (long long)most, (long long)d->D);
   }
   g->K = d->moe ? (int)d->topk : 0;
-  g->tune = tune;
-  g->pdl = tune.pdl;
-  g->lt_min = tune.lt;
+  g->set.tune = tune;
+  g->set.pdl = tune.pdl;
+  g->set.lt_min = tune.lt;
   int dev = 0, l2 = 0;
   cudaGetDevice(&dev);
   if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
   if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) cudaGetLastError(), l2 = 0;
   const int64_t kv_per = 2 * d->Nkv * d->D * 2; // a position's BF16 K and V rows
   const int ef = tune.kv_ef;
-  g->kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / kv_per;
+  g->set.kv_ef_pos = ef == 0 ? INT64_MAX : ef == 1 ? 0 : (int64_t)l2 / 2 / kv_per;
   g->l2 = l2;
   enum mtpq_status st = attn_setup(g, dev, err);
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
@@ -167,7 +167,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
     st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create CUDA streams and events");
   g->on = g->st;
   int64_t E = d->moe ? d->E : 0;
-  std::vector<dlin> &h = g->host_lins;
+  std::vector<dlin> &h = g->w.host;
   h.assign(L_EXPERTS + 3 * E, dlin{});
   const struct lin *base[L_EXPERTS] = {&d->fc, &d->q, &d->k, &d->v, &d->o, &d->router, &d->seg,
                                        &d->sg, &d->su, &d->sd, &d->head};
@@ -175,11 +175,11 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
     if (base[i]->w) st = upload_lin(g, base[i], &h[i], err);
   // gate/up pair matrices (tune glu=0: separate, with a SwiGLU kernel) where every expert's gate
   // and up share a format and a shape
-  g->glu = E > 0 && tune.glu;
+  g->set.glu = E > 0 && tune.glu;
   for (int64_t e = 0; e < E; e++)
-    if (d->eg[e].f != d->eu[e].f || d->eg[e].rows != d->eu[e].rows || d->eg[e].cols != d->eu[e].cols) g->glu = 0;
+    if (d->eg[e].f != d->eu[e].f || d->eg[e].rows != d->eu[e].rows || d->eg[e].cols != d->eu[e].cols) g->set.glu = 0;
   for (int64_t e = 0; e < E && !st; e++) {
-    if (g->glu) { // the up slot stays empty (rows 0: nothing to prefetch)
+    if (g->set.glu) { // the up slot stays empty (rows 0: nothing to prefetch)
       st = upload_pairs(g, &d->eg[e], &d->eu[e], &h[L_EXPERTS + e], err);
       h[L_EXPERTS + E + e] = dlin{d->eu[e].f, 0, d->eu[e].cols, nullptr, nullptr, 1.0f, 1.0f};
     } else {
@@ -188,35 +188,35 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
     }
     if (!st) st = upload_lin(g, &d->ed[e], &h[L_EXPERTS + 2 * E + e], err);
   }
-  g->fast = 1; // the vectorised kernels need every row to be a whole number of 16-element chunks, and
+  g->set.fast = 1; // the vectorised kernels need every row to be a whole number of 16-element chunks, and
                // offsets within a matrix (weights, block scales) that fit 32 bits
   for (const dlin &L : h)
     if (L.w && (L.cols % 16 || rt_lin_bytes(L) >= ((int64_t)1 << 32) || L.rows * L.cols / 16 >= ((int64_t)1 << 32)))
-      g->fast = 0;
-  if (!st) st = dalloc(g, &g->lins, h.size() * sizeof(dlin), err);
-  if (!st && cudaMemcpy(g->lins, h.data(), h.size() * sizeof(dlin), cudaMemcpyHostToDevice) != cudaSuccess)
+      g->set.fast = 0;
+  if (!st) st = dalloc(g, &g->w.lins, h.size() * sizeof(dlin), err);
+  if (!st && cudaMemcpy(g->w.lins, h.data(), h.size() * sizeof(dlin), cudaMemcpyHostToDevice) != cudaSuccess)
     st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the weight table failed");
   for (int i = 0; i < 7 && !st; i++) {
     int64_t nn = (i == 4 || i == 5) ? d->D : d->H;
     const uint8_t *p = nullptr;
     st = upload(g, d->nrm[i], (size_t)nn * 4, &p, err);
-    g->nrm[i] = (float *)p;
+    g->w.nrm[i] = (float *)p;
   }
-  if (!st) st = upload(g, d->embed, (size_t)(d->embed_rows * d->H * 2), &g->embed, err);
-  g->ids = nullptr;
+  if (!st) st = upload(g, d->embed, (size_t)(d->embed_rows * d->H * 2), &g->w.embed, err);
+  g->w.ids = nullptr;
   if (!st && d->reduced) {
     const uint8_t *p = nullptr;
     st = upload(g, d->ids, (size_t)d->head.rows * 8, &p, err);
-    g->ids = (int64_t *)p;
+    g->w.ids = (int64_t *)p;
   }
   const int64_t H = d->H, KV = d->Nkv * d->D, QG = 2 * d->Nq * d->D, NM = RT_NMAX;
   g->IM = d->sg.w ? d->sg.rows : 1;
   if (E && d->eg[0].rows > g->IM) g->IM = d->eg[0].rows;
   g->IM = (g->IM + 15) / 16 * 16;
   const int64_t slots = NM * (g->K + 1) * g->IM, ps = NM * d->Nq * (int64_t)g->nsplit;
-  float **bufs[] = {&g->c, &g->x0, &g->a, &g->qg, &g->kk, &g->vv, &g->att, &g->y,
-                    &g->y2, &g->m, &g->m2, &g->pr, &g->z, &g->gb, &g->ub, &g->act, &g->po, &g->pm, &g->pl,
-                    &g->logits, &g->wsel};
+  float **bufs[] = {&g->x.c, &g->x.x0, &g->x.a, &g->x.qg, &g->x.kk, &g->x.vv, &g->x.att, &g->x.y,
+                    &g->x.y2, &g->x.m, &g->x.m2, &g->x.pr, &g->x.z, &g->x.gb, &g->x.ub, &g->x.act, &g->x.po, &g->x.pm, &g->x.pl,
+                    &g->x.logits, &g->x.wsel};
   size_t sizes[] = {(size_t)(NM * 2 * H), (size_t)(NM * H), (size_t)(NM * H),
                     (size_t)(NM * QG), (size_t)(NM * KV), (size_t)(NM * KV), (size_t)(NM * d->Nq * d->D),
                     (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * H), (size_t)(NM * (E ? E : 1)),
@@ -224,39 +224,39 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
                     (size_t)slots, (size_t)slots, (size_t)slots, (size_t)(ps * d->D), (size_t)ps, (size_t)ps,
                     (size_t)d->head.rows, (size_t)(NM * RT_KST)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) st = dzalloc(g, bufs[i], sizes[i] * 4, err);
-  if (!st) st = dzalloc(g, &g->kc, (size_t)(nseq * max_pos * KV) * 2, err); // (BF16)
-  if (!st) st = dzalloc(g, &g->vc, (size_t)(nseq * max_pos * KV) * 2, err);
+  if (!st) st = dzalloc(g, &g->kv.kc, (size_t)(nseq * max_pos * KV) * 2, err); // (BF16)
+  if (!st) st = dzalloc(g, &g->kv.vc, (size_t)(nseq * max_pos * KV) * 2, err);
   if (!st) {
     const int64_t hp = d->rot / 2;
     std::vector<float2> t((size_t)(max_pos * hp));
     for (int64_t q = 0; q < max_pos; q++)
       for (int64_t j = 0; j < hp; j++) mtpq_rope_cs(j, d->rot, q, d->theta, &t[(size_t)(q * hp + j)].x, &t[(size_t)(q * hp + j)].y);
-    st = dalloc(g, &g->rcs, t.size() * sizeof(float2), err);
-    if (!st && !t.empty() && cudaMemcpy(g->rcs, t.data(), t.size() * sizeof(float2), cudaMemcpyHostToDevice) != cudaSuccess)
+    st = dalloc(g, &g->x.rcs, t.size() * sizeof(float2), err);
+    if (!st && !t.empty() && cudaMemcpy(g->x.rcs, t.data(), t.size() * sizeof(float2), cudaMemcpyHostToDevice) != cudaSuccess)
       st = mtpq_err_set(err, MTPQ_E_GPU, "copy of the RoPE table failed");
   }
-  if (!st) st = dalloc(g, &g->sel, NM * RT_KST * sizeof(int), err);
-  if (!st) st = dalloc(g, &g->rec, NM * RT_MAXSTEPS * sizeof(int), err);
-  if (!st) st = dalloc(g, &g->best, NM * sizeof(unsigned long long), err);
-  if (!st) st = dzalloc(g, &g->hq, 2 * sizeof(unsigned), err);
+  if (!st) st = dalloc(g, &g->x.sel, NM * RT_KST * sizeof(int), err);
+  if (!st) st = dalloc(g, &g->io.rec, NM * RT_MAXSTEPS * sizeof(int), err);
+  if (!st) st = dalloc(g, &g->x.best, NM * sizeof(unsigned long long), err);
+  if (!st) st = dzalloc(g, &g->x.hq, 2 * sizeof(unsigned), err);
   static_assert(ST_SEQ >= ST_TOK + RT_NMAX * 4 && ST_POS >= ST_SEQ + RT_NMAX * 4 &&
                     ST_STEP >= ST_POS + RT_NMAX * 8 && ST_HID >= ST_STEP + 4 && ST_HID % 16 == 0,
                 "staging layout");
   const size_t sb = ST_HID + (size_t)(NM * H) * 4;
-  if (!st) st = dzalloc(g, &g->stage_d, sb, err);
-  if (!st && (cudaMallocHost((void **)&g->stage_h, sb) != cudaSuccess ||
-              cudaMallocHost((void **)&g->h_rec, NM * RT_MAXSTEPS * 4 + NM * 8) != cudaSuccess))
+  if (!st) st = dzalloc(g, &g->io.dev, sb, err);
+  if (!st && (cudaMallocHost((void **)&g->io.host, sb) != cudaSuccess ||
+              cudaMallocHost((void **)&g->io.h_rec, NM * RT_MAXSTEPS * 4 + NM * 8) != cudaSuccess))
     st = mtpq_err_set(err, MTPQ_E_GPU, "cudaMallocHost failed");
   if (!st) {
-    memset(g->stage_h, 0, sb); // the step counter stays 0: each draft call's copy resets it
-    g->tok = (int *)(g->stage_d + ST_TOK), g->seqa = (int *)(g->stage_d + ST_SEQ);
-    g->pos = (int64_t *)(g->stage_d + ST_POS), g->stepc = (int *)(g->stage_d + ST_STEP);
-    g->out = (float *)(g->stage_d + ST_HID);
-    g->h_tok = (int *)(g->stage_h + ST_TOK), g->h_seq = (int *)(g->stage_h + ST_SEQ);
-    g->h_pos = (int64_t *)(g->stage_h + ST_POS), g->h_hid = (float *)(g->stage_h + ST_HID);
-    g->h_best = (unsigned long long *)(g->h_rec + NM * RT_MAXSTEPS);
+    memset(g->io.host, 0, sb); // the step counter stays 0: each draft call's copy resets it
+    g->io.tok = (int *)(g->io.dev + ST_TOK), g->io.seq = (int *)(g->io.dev + ST_SEQ);
+    g->io.pos = (int64_t *)(g->io.dev + ST_POS), g->io.stepc = (int *)(g->io.dev + ST_STEP);
+    g->x.out = (float *)(g->io.dev + ST_HID);
+    g->io.h_tok = (int *)(g->io.host + ST_TOK), g->io.h_seq = (int *)(g->io.host + ST_SEQ);
+    g->io.h_pos = (int64_t *)(g->io.host + ST_POS), g->io.h_hid = (float *)(g->io.host + ST_HID);
+    g->io.h_best = (unsigned long long *)(g->io.h_rec + NM * RT_MAXSTEPS);
   }
-  if (!st && (cudaEventCreate(&g->t0) != cudaSuccess || cudaEventCreate(&g->t1) != cudaSuccess))
+  if (!st && (cudaEventCreate(&g->prof.t0) != cudaSuccess || cudaEventCreate(&g->prof.t1) != cudaSuccess))
     st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create CUDA events");
 #ifdef MTPQ_TIMELINE
   if (!st) st = tl_open(g, err);

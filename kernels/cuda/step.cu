@@ -4,8 +4,8 @@
 // the backend's entry points (kernels/runtime_cuda.h).
 #include "kernels/cuda/backend.cuh"
 
-// the kernels of one step for n tokens (inputs in g->tok/pos/seqa, hidden in
-// g->out). k_prep starts a step without programmatic dependence: the kernels
+// the kernels of one step for n tokens (inputs in g->io.tok/pos/seqa, hidden in
+// g->x.out). k_prep starts a step without programmatic dependence: the kernels
 // after it read positions and cached rows before they wait, which is safe
 // only once the previous step has finished. chain: a head follows (where it
 // goes through cuBLASLt, k_final also writes its x pieces)
@@ -29,7 +29,7 @@ static void enqueue_step(gpu_session *g, int n, bool chain) {
   mark(g, "residual+norm");
   // the shared expert (gate/up, SwiGLU, down into m2) on a second stream
   // beside the router, routing and routed experts: it needs y2 only
-  const bool side = d->moe && d->sg.w && !g->prof;
+  const bool side = d->moe && d->sg.w && !g->prof.on;
   if (side) {
     cudaEventRecord(g->fork, g->st);
     cudaStreamWaitEvent(g->st2, g->fork, 0);
@@ -52,7 +52,7 @@ static void enqueue_step(gpu_session *g, int n, bool chain) {
     mark(g, "softmax+top-k");
     launch_mv(g, p.gu);
     mark(g, "experts gate/up");
-    if (!g->glu) {
+    if (!g->set.glu) {
       ops_swiglu(g, n, 0, g->K, 64);
       mark(g, "experts swiglu");
     }
@@ -60,7 +60,7 @@ static void enqueue_step(gpu_session *g, int n, bool chain) {
     mark(g, "experts down (weighted sum)");
   }
   if (side) cudaStreamWaitEvent(g->st, g->join, 0);
-  ops_final(g, n, !side, chain && p.lt.on ? g->lt_b : nullptr);
+  ops_final(g, n, !side, chain && p.lt.on ? g->lt.b : nullptr);
   mark(g, "final norm");
 }
 
@@ -80,7 +80,7 @@ static enum mtpq_status ensure(gpu_session *g, int n, bool chain, struct mtpq_er
     if (st) return st;
   }
   cudaGraphExec_t &ex = chain ? p.chain : p.step;
-  if (!g->tune.graphs || ex) return MTPQ_OK;
+  if (!g->set.tune.graphs || ex) return MTPQ_OK;
   cudaGraph_t gr;
   CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
   if (chain) enqueue_chain_step(g, n);
@@ -94,7 +94,7 @@ static enum mtpq_status ensure(gpu_session *g, int n, bool chain, struct mtpq_er
 
 static enum mtpq_status run(gpu_session *g, int n, bool chain, struct mtpq_err *err) {
   cudaGraphExec_t ex = chain ? g->plans[n].chain : g->plans[n].step;
-  if (g->tune.graphs) CK(cudaGraphLaunch(ex, g->st));
+  if (g->set.tune.graphs) CK(cudaGraphLaunch(ex, g->st));
   else if (chain) enqueue_chain_step(g, n);
   else enqueue_step(g, n, false);
   CK(cudaGetLastError());
@@ -104,7 +104,7 @@ static enum mtpq_status run(gpu_session *g, int n, bool chain, struct mtpq_err *
 // token ids, sequences, positions, the step counter (0) and hidden states
 // of n slots to the device: one copy of the staging block's first bytes
 static enum mtpq_status stage(gpu_session *g, int n, struct mtpq_err *err) {
-  CK(cudaMemcpyAsync(g->stage_d, g->stage_h, ST_HID + (size_t)(n * g->d->H) * 4, cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemcpyAsync(g->io.dev, g->io.host, ST_HID + (size_t)(n * g->d->H) * 4, cudaMemcpyHostToDevice, g->st));
   return MTPQ_OK;
 }
 
@@ -129,23 +129,23 @@ extern "C" enum mtpq_status mtpq__cuda_step(void *p, int n, const int32_t *token
     for (int j = 0; j < c; j++) {
       enum mtpq_status st = check_slot(g, tokens[i + j], positions[i + j], err);
       if (st) return st;
-      g->h_tok[j] = tokens[i + j], g->h_pos[j] = positions[i + j], g->h_seq[j] = g->cur;
+      g->io.h_tok[j] = tokens[i + j], g->io.h_pos[j] = positions[i + j], g->io.h_seq[j] = g->cur;
       if (hidden_bf16)
         for (int64_t k = 0; k < H; k++) {
           uint16_t b;
           memcpy(&b, (const unsigned char *)hidden + ((size_t)(i + j) * H + k) * 2, 2);
-          g->h_hid[j * H + k] = mtpq_bf16_to_f32(b);
+          g->io.h_hid[j * H + k] = mtpq_bf16_to_f32(b);
         }
       else
-        memcpy(g->h_hid + j * H, (const float *)hidden + (size_t)(i + j) * H, (size_t)H * 4);
+        memcpy(g->io.h_hid + j * H, (const float *)hidden + (size_t)(i + j) * H, (size_t)H * 4);
     }
     enum mtpq_status st = ensure(g, c, false, err);
     if (!st) st = stage(g, c, err);
     if (!st) st = run(g, c, false, err);
     if (st) return st;
-    CK(cudaMemcpyAsync(g->h_hid, g->out, (size_t)(c * H) * 4, cudaMemcpyDeviceToHost, g->st));
+    CK(cudaMemcpyAsync(g->io.h_hid, g->x.out, (size_t)(c * H) * 4, cudaMemcpyDeviceToHost, g->st));
     CK(cudaStreamSynchronize(g->st));
-    memcpy(out_hidden + (size_t)i * H, g->h_hid, (size_t)(c * H) * 4);
+    memcpy(out_hidden + (size_t)i * H, g->io.h_hid, (size_t)(c * H) * 4);
     i += c;
   }
   return MTPQ_OK;
@@ -159,21 +159,21 @@ extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_
     enum mtpq_status st = build_plan(g, 1, err);
     if (st) return st;
   }
-  memcpy(g->h_hid, hidden, (size_t)d->H * 4);
-  CK(cudaMemcpyAsync(g->out, g->h_hid, (size_t)d->H * 4, cudaMemcpyHostToDevice, g->st));
-  CK(cudaMemsetAsync(g->best, 0, sizeof(unsigned long long), g->st));
-  const int pdl = g->pdl; // after a memset: nothing to overlap
-  g->pdl = 0;
+  memcpy(g->io.h_hid, hidden, (size_t)d->H * 4);
+  CK(cudaMemcpyAsync(g->x.out, g->io.h_hid, (size_t)d->H * 4, cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemsetAsync(g->x.best, 0, sizeof(unsigned long long), g->st));
+  const int pdl = g->set.pdl; // after a memset: nothing to overlap
+  g->set.pdl = 0;
   launch_mv(g, logits ? g->plans[1].head_logits : g->plans[1].head);
-  g->pdl = pdl;
+  g->set.pdl = pdl;
   CK(cudaGetLastError());
-  CK(cudaMemcpyAsync(g->h_best, g->best, sizeof(unsigned long long), cudaMemcpyDeviceToHost, g->st));
+  CK(cudaMemcpyAsync(g->io.h_best, g->x.best, sizeof(unsigned long long), cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
-  int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(g->h_best[0] & 0xFFFFFFFFu));
+  int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(g->io.h_best[0] & 0xFFFFFFFFu));
   *tok = (int32_t)(d->reduced ? d->ids[row] : row);
   if (logits) {
     std::vector<float> small((size_t)d->head.rows);
-    CK(cudaMemcpy(small.data(), g->logits, small.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(small.data(), g->x.logits, small.size() * 4, cudaMemcpyDeviceToHost));
     if (d->reduced) {
       for (int64_t v = 0; v < d->full_vocab; v++) logits[v] = -INFINITY;
       for (int64_t k = 0; k < d->head.rows; k++) logits[d->ids[k]] = small[(size_t)k];
@@ -197,24 +197,24 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
     enum mtpq_status st = check_slot(g, tokens[j], positions[j] + steps - 1, err);
     if (!st) st = check_slot(g, tokens[j], positions[j], err);
     if (st) return st;
-    g->h_tok[j] = tokens[j], g->h_pos[j] = positions[j], g->h_seq[j] = j;
+    g->io.h_tok[j] = tokens[j], g->io.h_pos[j] = positions[j], g->io.h_seq[j] = j;
   }
-  memcpy(g->h_hid, hidden, (size_t)(n * H) * 4);
+  memcpy(g->io.h_hid, hidden, (size_t)(n * H) * 4);
   enum mtpq_status st = ensure(g, n, true, err);
   if (!st) st = stage(g, n, err);
   if (st) return st;
 #ifdef MTPQ_TIMELINE
   tl_reset(g);
 #endif
-  CK(cudaEventRecord(g->t0, g->st));
+  CK(cudaEventRecord(g->prof.t0, g->st));
   for (int s = 0; s < steps && !st; s++) st = run(g, n, true, err);
-  CK(cudaEventRecord(g->t1, g->st));
+  CK(cudaEventRecord(g->prof.t1, g->st));
   if (st) return st;
-  CK(cudaMemcpyAsync(g->h_rec, g->rec, (size_t)(steps * n) * sizeof(int), cudaMemcpyDeviceToHost, g->st));
+  CK(cudaMemcpyAsync(g->io.h_rec, g->io.rec, (size_t)(steps * n) * sizeof(int), cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
-  memcpy(out_tokens, g->h_rec, (size_t)(steps * n) * sizeof(int32_t));
+  memcpy(out_tokens, g->io.h_rec, (size_t)(steps * n) * sizeof(int32_t));
   float ms = 0;
-  g->draft_us = cudaEventElapsedTime(&ms, g->t0, g->t1) == cudaSuccess ? ms * 1e3 : -1;
+  g->prof.draft_us = cudaEventElapsedTime(&ms, g->prof.t0, g->prof.t1) == cudaSuccess ? ms * 1e3 : -1;
 #ifdef MTPQ_TIMELINE
   tl_write();
 #endif
@@ -225,7 +225,7 @@ extern "C" enum mtpq_status mtpq__cuda_flush_l2(void *p, struct mtpq_err *err) {
   return sweep_flush_l2(static_cast<gpu_session *>(p), err);
 }
 
-extern "C" double mtpq__cuda_draft_device_us(void *p) { return static_cast<gpu_session *>(p)->draft_us; }
+extern "C" double mtpq__cuda_draft_device_us(void *p) { return static_cast<gpu_session *>(p)->prof.draft_us; }
 
 extern "C" int mtpq__cuda_profile(void *p, int n, const char **names, double *us, int max, struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);
@@ -233,19 +233,19 @@ extern "C" int mtpq__cuda_profile(void *p, int n, const char **names, double *us
     mtpq_err_set(err, MTPQ_E_INVAL, "profile: run a %d-sequence draft first", n);
     return -1;
   }
-  g->ev.assign(64, nullptr); // created before the step: creating them between launches would stall it
-  for (cudaEvent_t &e : g->ev) cudaEventCreate(&e);
-  g->prof = true;
+  g->prof.ev.assign(64, nullptr); // created before the step: creating them between launches would stall it
+  for (cudaEvent_t &e : g->prof.ev) cudaEventCreate(&e);
+  g->prof.on = true;
   enqueue_chain_step(g, n); // the positions move on by one, as in a draft step
-  g->prof = false;
+  g->prof.on = false;
   int k = 0;
   if (cudaStreamSynchronize(g->st) == cudaSuccess)
-    for (size_t i = 1; i < g->evname.size() && k < max; i++, k++) {
+    for (size_t i = 1; i < g->prof.names.size() && k < max; i++, k++) {
       float ms = 0;
-      cudaEventElapsedTime(&ms, g->ev[i - 1], g->ev[i]);
-      names[k] = g->evname[i], us[k] = ms * 1e3;
+      cudaEventElapsedTime(&ms, g->prof.ev[i - 1], g->prof.ev[i]);
+      names[k] = g->prof.names[i], us[k] = ms * 1e3;
     }
-  for (cudaEvent_t e : g->ev) cudaEventDestroy(e);
-  g->ev.clear(), g->evname.clear();
+  for (cudaEvent_t e : g->prof.ev) cudaEventDestroy(e);
+  g->prof.ev.clear(), g->prof.names.clear();
   return k;
 }
