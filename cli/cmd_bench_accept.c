@@ -115,6 +115,10 @@ int cmd_bench_accept(int argc, char **argv) {
     mtpq_traces_close(tf);
     return brc;
   }
+  if (be == MTPQ_BACKEND_CUDA && cli_verbosity >= 2) {
+    char settings[512];
+    if (mtpq_cuda_settings(settings, sizeof settings, &err) == MTPQ_OK) cli_note("CUDA settings: %s", settings);
+  }
   static struct result res[MAX_DRAFTERS];
   memset(res, 0, sizeof res);
   int nr = 1 + a.set[idr], rc = 0;

@@ -1,6 +1,7 @@
 /* mtpq bench-step: time draft steps (drafter forward + head argmax, fed
  * back) for batches of 1..8 sequences at given contexts, stock vs mtpq
  * drafters side by side, against the memory-bound floor bytes / bandwidth. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ const struct cli_opt bench_step_opts[] = {
     {"profile", 0, OPT_FLAG, 0, NULL, "CUDA: also print each kernel's time in one step (launched one by one)"},
     {"warm-l2", 0, OPT_FLAG, 0, NULL, "CUDA: start each timed call with what the call before left in L2 (default: "
                                       "flush L2 first, as the target's verify step between two calls does)"},
+    {"json", 0, OPT_FLAG, 0, NULL, "print the results as JSON (rows, device, settings) instead of the table"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -147,6 +149,8 @@ int cmd_bench_step(int argc, char **argv) {
   double hbm = hb ? strtod(hb, NULL) : 0, tstep = ts ? strtod(ts, NULL) : 0, malv = ms ? strtod(ms, NULL) : 0;
   if (hb && !(hbm > 0)) return cli_usage_error(cmd, "--hbm-gbps must be positive");
   if ((ts != NULL) != (ms != NULL)) return cli_usage_error(cmd, "--target-step-ms and --mal go together");
+  if (cli_has(bench_step_opts, &a, "json") && cli_has(bench_step_opts, &a, "profile"))
+    return cli_usage_error(cmd, "--profile prints a text table: not with --json");
   enum mtpq_backend be;
   int rc = cli_backend(cmd, cli_str(bench_step_opts, &a, "backend"), &be);
   if (rc) return rc;
@@ -160,6 +164,29 @@ int cmd_bench_step(int argc, char **argv) {
     hbm = 4560.0, hsrc = "default";
   }
   int nr = 1 + a.set[idr];
+  const int json = cli_has(bench_step_opts, &a, "json"), warm = cli_has(bench_step_opts, &a, "warm-l2");
+  char settings[512] = "";
+  if (be == MTPQ_BACKEND_CUDA) {
+    enum mtpq_status sst = mtpq_cuda_settings(settings, sizeof settings, &err);
+    if (sst) return cli_fail(sst, &err);
+    if (cli_verbosity >= 2) cli_note("CUDA settings: %s", settings);
+  }
+  cJSON *jo = NULL, *jrows = NULL;
+  if (json) {
+    jo = cJSON_CreateObject();
+    cJSON_AddStringToObject(jo, "command", "bench-step");
+    cJSON_AddStringToObject(jo, "version", MTPQ_VERSION);
+    cJSON_AddStringToObject(jo, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
+    cJSON_AddStringToObject(jo, "device", be == MTPQ_BACKEND_CUDA ? mtpq_gpu_name() : "");
+    cJSON_AddStringToObject(jo, "cuda_settings", settings);
+    cJSON_AddNumberToObject(jo, "hbm_gbps", hbm);
+    cJSON_AddStringToObject(jo, "hbm_source", hsrc);
+    cJSON_AddNumberToObject(jo, "iters", iters);
+    cJSON_AddNumberToObject(jo, "k", k);
+    cJSON_AddStringToObject(jo, "l2", be != MTPQ_BACKEND_CUDA ? "-" : warm ? "warm" : "flushed");
+    cJSON_AddStringToObject(jo, "target", target);
+    jrows = cJSON_AddArrayToObject(jo, "rows");
+  } else {
   printf("bench-step: %s backend%s%s, median of %d calls of %d draft steps (drafter forward + head argmax, fed back), "
          "HBM read %.0f GB/s (%s)%s\n", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", be == MTPQ_BACKEND_CUDA ? " on " : "",
          be == MTPQ_BACKEND_CUDA ? mtpq_gpu_name() : "", iters, k, hbm, hsrc,
@@ -168,6 +195,7 @@ int cmd_bench_step(int argc, char **argv) {
   printf("%-30s %7s %5s %9s %9s %8s %6s %9s %7s %8s %10s %9s %7s\n", "drafter", "context", "batch", "us/step",
          "MB read", "GB/s", "% HBM", "floor us", "x floor", "speedup", "drafts/s", "dev us", "dev x");
   fflush(stdout);
+  }
   /* row by row, printed as measured (a long run shows its progress) */
   for (int c = 0; c < nctx; c++)
     for (int b = 0; b < nbat; b++) {
@@ -181,12 +209,35 @@ int cmd_bench_step(int argc, char **argv) {
         if (!st) { /* the k timed steps attend over ctx+1 .. ctx+k positions: their mean */
           by = mtpq_rt_model_step_bytes_batch(dr, ctxs[c] + (k + 1) / 2, 2, bats[b]);
           st = time_step(dr, be, ctxs[c], bats[b], k, iters, d ? name : "stock", cli_has(bench_step_opts, &a, "profile"),
-                         cli_has(bench_step_opts, &a, "warm-l2"), &sv, &dsv, &err);
+                         warm, &sv, &dsv, &err);
         }
         mtpq_rt_model_close(dr);
-        if (st) return cli_fail(st, &err);
+        if (st) {
+          cJSON_Delete(jo);
+          return cli_fail(st, &err);
+        }
         if (d == 0) stock = sv;
         double us = sv * 1e6, gbs = (double)by / sv / 1e9, floor = (double)by / (hbm * 1e3);
+        if (json) {
+          cJSON *r = cJSON_CreateObject();
+          cJSON_AddStringToObject(r, "drafter", d ? name : target);
+          cJSON_AddStringToObject(r, "kind", d ? "drafter" : "stock");
+          cJSON_AddNumberToObject(r, "context", (double)ctxs[c]);
+          cJSON_AddNumberToObject(r, "batch", bats[b]);
+          cJSON_AddNumberToObject(r, "us_per_step", us);
+          cJSON_AddNumberToObject(r, "bytes", (double)by);
+          cJSON_AddNumberToObject(r, "gbps", gbs);
+          cJSON_AddNumberToObject(r, "pct_hbm", 100.0 * gbs / hbm);
+          cJSON_AddNumberToObject(r, "floor_us", floor);
+          cJSON_AddNumberToObject(r, "x_floor", us / floor);
+          cJSON_AddNumberToObject(r, "speedup", stock / sv);
+          cJSON_AddNumberToObject(r, "drafts_per_s", bats[b] / sv);
+          cJSON_AddNumberToObject(r, "dev_us", dsv > 0 ? dsv * 1e6 : -1);
+          cJSON_AddNumberToObject(r, "dev_x_floor", dsv > 0 ? dsv * 1e6 / floor : -1);
+          if (ts) cJSON_AddNumberToObject(r, "est_tokens_per_s", malv * 1e3 / (tstep + k * us / 1e3));
+          cJSON_AddItemToArray(jrows, r);
+          continue;
+        }
         printf("%-30.30s %7lld %5d %9.1f %9.2f %8.1f %5.1f%% %9.1f %7.2f %7.2fx %10.0f", name, (long long)ctxs[c],
                bats[b], us, (double)by / 1e6, gbs, 100.0 * gbs / hbm, floor, us / floor, stock / sv, bats[b] / sv);
         if (dsv > 0) printf(" %9.1f %7.2f\n", dsv * 1e6, dsv * 1e6 / floor);
@@ -197,6 +248,13 @@ int cmd_bench_step(int argc, char **argv) {
         fflush(stdout);
       }
     }
+  if (json) {
+    char *t = cJSON_Print(jo);
+    puts(t);
+    free(t);
+    cJSON_Delete(jo);
+    return 0;
+  }
   printf("bytes = dense linears + head once, plus per sequence: top-k experts, one embedding row, BF16 K/V of "
          "the positions attended; floor = bytes / HBM; x floor = us / floor; speedup = stock us / this us; drafts/s = "
          "batch / step; us/step = a call's wall time / k; dev us = its k steps' device time / k (CUDA: events around "

@@ -82,6 +82,39 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// k_attn's arguments: the launch's queries (q|gate interleaved per head),
+// keys and values, the norm weights of q and k, the RoPE table, positions
+// and sequences of its n_tok tokens, the caches, and the partials it writes
+// (po: outputs, pm: maxima, pl: sums, [token, head, split]); merge: the
+// ring's block merges its splits into one partial; ef_pos: see kvef
+struct attn_args {
+  const float *qg;
+  int Nq, Nkv, D, rot;
+  const float2 *rcs;
+  const int64_t *pos;
+  const int *seq;
+  int n_tok;
+  int64_t max_pos;
+  int window;
+  const float *nq, *nk;
+  float eps;
+  const float *kk, *vv;
+  uint16_t *kc, *vc;
+  int nsplit;
+  float *po, *pm, *pl;
+  int merge;
+  int64_t ef_pos;
+};
+
+// k_attn_combine's: the partials and the gates (qg) in, att out
+struct combine_args {
+  const float *qg, *po, *pm, *pl;
+  int Nq, D;
+  const int64_t *pos;
+  int window;
+  float *att;
+};
+
 // grid (X, Nkv, tokens), 256 threads, rt_attn_smem floats of shared memory,
 // D % 8 == 0: the G = Nq/Nkv query heads of KV head g over the positions of
 // split s, [s*CS, s*CS+CS) ∩ [lo, pos]: partial max, sum and unnormalised
@@ -118,10 +151,16 @@ template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
 // of the weights, not on HBM (ledger 17; two splits' room a block lost too).
 template <int GT, int DT, int RING, int MMA>
 __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
-    k_attn(const float *qg, int Nq, int Nkv, int Darg, int rot, const float2 *rcs, const int64_t *pos, const int *seq,
-           int n_tok, int64_t max_pos, int window, const float *nq, const float *nk, float eps, const float *kk,
-           const float *vv, uint16_t *kc, uint16_t *vc, int nsplit, float *po, float *pm, float *pl, int merge,
-           int64_t ef_pos) {
+    k_attn(const attn_args A) {
+  const float *qg = A.qg, *nq = A.nq, *nk = A.nk, *kk = A.kk, *vv = A.vv;
+  const int Nq = A.Nq, Nkv = A.Nkv, Darg = A.D, rot = A.rot, n_tok = A.n_tok, window = A.window, merge = A.merge,
+            nsplit = A.nsplit;
+  const float2 *rcs = A.rcs;
+  const int64_t *pos = A.pos, max_pos = A.max_pos, ef_pos = A.ef_pos;
+  const int *seq = A.seq;
+  const float eps = A.eps;
+  uint16_t *kc = A.kc, *vc = A.vc;
+  float *po = A.po, *pm = A.pm, *pl = A.pl;
   RT_TL_START();
   extern __shared__ __align__(16) float sm[];
   rt_trigger();
@@ -502,9 +541,11 @@ __global__ void __launch_bounds__(256, RING ? 2 : GT ? 3 : 1)
 // cap: at most this many partials a head (k_attn RING 2 merged: a block's
 // splits in one partial at its first split's index, so the first cap).
 template <int RR>
-__global__ void __launch_bounds__(256) k_attn_combine(const float *qg, const float *po, const float *pm,
-                                                      const float *pl, int Nq, int D, const int64_t *pos, int window,
-                                                      int nsplit, int cap, float *att) {
+__global__ void __launch_bounds__(256) k_attn_combine(const combine_args A, int nsplit, int cap) {
+  const float *qg = A.qg, *po = A.po, *pm = A.pm, *pl = A.pl;
+  const int Nq = A.Nq, D = A.D, window = A.window;
+  const int64_t *pos = A.pos;
+  float *att = A.att;
   RT_TL_START();
   extern __shared__ float wsp[]; // a weight per split
   __shared__ float red[8][32];
@@ -637,14 +678,15 @@ void attn_launch(gpu_session *g, int n) {
   const struct mtpq_rt_model *d = g->d;
   const int Nq = (int)d->Nq, Nkv = (int)d->Nkv, D = (int)d->D, G = Nq / Nkv;
   const int ring = g->set.attn_x ? 2 : 0, X = attn_blocks(g, n);
+  const attn_args a = {g->x.qg,     Nq,         Nkv,       D,       (int)d->rot, g->x.rcs, g->io.pos,
+                       g->io.seq,   n,          g->max_pos, g->window, g->w.nrm[4], g->w.nrm[5], d->eps,
+                       g->x.kk,     g->x.vv,    g->kv.kc,  g->kv.vc, g->nsplit,  g->x.po,  g->x.pm,
+                       g->x.pl,     ring,       g->set.kv_ef_pos};
   go(g, true, attn_kernel(g, ring), dim3(ring ? X : g->nsplit, Nkv, n), dim3(256),
-     (size_t)rt_attn_smem(G, D, ring) * 4, (const float *)g->x.qg, Nq, Nkv, D, (int)d->rot, (const float2 *)g->x.rcs,
-     (const int64_t *)g->io.pos, (const int *)g->io.seq, n, g->max_pos, g->window, (const float *)g->w.nrm[4],
-     (const float *)g->w.nrm[5], d->eps, (const float *)g->x.kk, (const float *)g->x.vv, g->kv.kc, g->kv.vc, g->nsplit, g->x.po,
-     g->x.pm, g->x.pl, ring, g->set.kv_ef_pos);
+     (size_t)rt_attn_smem(G, D, ring) * 4, a);
   mark(g, "q, k norm+rope, KV write, attention (splits)");
   go(g, true, g->set.comb4 ? k_attn_combine<4> : k_attn_combine<1>, dim3(Nq, n, (D + 31) / 32), dim3(256),
-     (size_t)g->nsplit * 4, (const float *)g->x.qg, (const float *)g->x.po, (const float *)g->x.pm, (const float *)g->x.pl, Nq,
-     D, (const int64_t *)g->io.pos, g->window, g->nsplit, ring ? X : g->nsplit, g->x.att);
+     (size_t)g->nsplit * 4, combine_args{g->x.qg, g->x.po, g->x.pm, g->x.pl, Nq, D, g->io.pos, g->window, g->x.att},
+     g->nsplit, ring ? X : g->nsplit);
   mark(g, "attention combine+gate");
 }

@@ -37,22 +37,23 @@
 // bytes against bank conflicts). The MMA's 8 columns per n-tile hold the
 // pieces of ceil(P NB / 8) tiles: column c of the launch is piece c % P of
 // token c / P; each weight fragment serves every n-tile (converted once).
-// At NB == 1 the row sums come from the accumulators by one shuffle; above,
-// each warp stages its tile's 16 x 8 NT sums in shared memory and lane
-// (half, row) adds token (half + 2 i)'s P pieces.
+// Each warp stages its tile's 16 x 8 NT sums in shared memory and lane
+// (half, row) adds token (half + 2 i)'s P pieces. 2..8 tokens: one token is
+// k_head_dyn's.
 template <int F, int NB, int P = 3>
 __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_task *tasks, const int *sel) {
   RT_TL_START();
+  static_assert(NB >= 2, "k_head_mma: 2..8 tokens (one token: k_head_dyn)");
   using H = typename std::conditional<F == 1, __half, __nv_bfloat16>::type;
   constexpr int U = F == 1 ? 4 : 2;  // bands of loads in flight: 8 x 16 bytes per lane, as k_mv's head
   constexpr int NL = F == 1 ? 1 : 2; // 16-byte loads per row and band
   constexpr int NT = (P * NB + 7) / 8; // n-tiles
-  constexpr int PL = NB == 1 ? 1 : NB / 2; // (row, token) sums a lane forms per tile (NB > 1)
+  constexpr int PL = NB / 2;           // (row, token) sums a lane forms per tile
   extern __shared__ __align__(16) unsigned char rt_hsm[];
   __shared__ mv_task T;
   __shared__ unsigned long long bbest[8][NB];
   __shared__ float fsh[9], post[NB];
-  __shared__ float stage[NB > 1 ? 8 : 1][16][NB > 1 ? 8 * NT + 1 : 1];
+  __shared__ float stage[8][16][8 * NT + 1];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   rt_trigger();
   rt_task_load(tasks, T);
@@ -86,61 +87,40 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
       for (int u = 0; u < U; u++)
         if (b0 + u < nband) rt_head_band<F, NT, NL>(ra[u], rb[u], pc, ps, plane, b0 + u, t, acc);
     }
-    if constexpr (NB == 1) {
-      float y0, y8;
-      rt_head_rowsums(acc[0], t, y0, y8);
-      y0 *= post[0], y8 *= post[0];
-      if (t == 0) {
-        const int64_t r = tile * 16 + g;
-        if (r < rows) {
-          const unsigned long long k = rt_argmax_key(y0, (uint32_t)r);
-          mybest[0] = k > mybest[0] ? k : mybest[0];
-          if (T.logits) T.logits[r] = y0;
-        }
-        if (r + 8 < rows) {
-          const unsigned long long k = rt_argmax_key(y8, (uint32_t)(r + 8));
-          mybest[0] = k > mybest[0] ? k : mybest[0];
-          if (T.logits) T.logits[r + 8] = y8;
-        }
-      }
-    } else {
-      // lane (g, t) holds rows g and g + 8 at columns 8n + 2t, 8n + 2t + 1
+    // lane (g, t) holds rows g and g + 8 at columns 8n + 2t, 8n + 2t + 1
 #pragma unroll
-      for (int n = 0; n < NT; n++) {
-        stage[warp][g][8 * n + 2 * t] = acc[n][0], stage[warp][g][8 * n + 2 * t + 1] = acc[n][1];
-        stage[warp][g + 8][8 * n + 2 * t] = acc[n][2], stage[warp][g + 8][8 * n + 2 * t + 1] = acc[n][3];
-      }
-      __syncwarp();
-      const int row = lane & 15;
-      const int64_t r = tile * 16 + row;
-#pragma unroll
-      for (int i = 0; i < PL; i++) {
-        const int j = (lane >> 4) + 2 * i; // this lane's token
-        if (j < nb && r < rows) {
-          const float y = rt_piece_sum<P>(stage[warp][row] + P * j) * post[j];
-          const unsigned long long k = rt_argmax_key(y, (uint32_t)r);
-          mybest[i] = k > mybest[i] ? k : mybest[i];
-          if (T.logits) T.logits[j * T.ys + r] = y;
-        }
-      }
-      __syncwarp(); // stage read before the next tile writes it
+    for (int n = 0; n < NT; n++) {
+      stage[warp][g][8 * n + 2 * t] = acc[n][0], stage[warp][g][8 * n + 2 * t + 1] = acc[n][1];
+      stage[warp][g + 8][8 * n + 2 * t] = acc[n][2], stage[warp][g + 8][8 * n + 2 * t + 1] = acc[n][3];
     }
+    __syncwarp();
+    const int row = lane & 15;
+    const int64_t r = tile * 16 + row;
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+      const int j = (lane >> 4) + 2 * i; // this lane's token
+      if (j < nb && r < rows) {
+        const float y = rt_piece_sum<P>(stage[warp][row] + P * j) * post[j];
+        const unsigned long long k = rt_argmax_key(y, (uint32_t)r);
+        mybest[i] = k > mybest[i] ? k : mybest[i];
+        if (T.logits) T.logits[j * T.ys + r] = y;
+      }
+    }
+    __syncwarp(); // stage read before the next tile writes it
     if (tile + (int64_t)gridDim.x * 8 < ntile)
       rt_head_load<F, U, NL>(L.w, rowb, rows, tile + (int64_t)gridDim.x * 8, 0, nband, g, t, ra, rb);
   }
-  // each token's largest key: over the lanes holding it (NB == 1: all 32;
-  // above: the 16 of one half), the warps, then the launch
+  // each token's largest key: over the 16 lanes of one half holding it, the
+  // warps, then the launch
 #pragma unroll
   for (int i = 0; i < PL; i++)
-    for (int o = NB == 1 ? 16 : 8; o > 0; o >>= 1) {
+    for (int o = 8; o > 0; o >>= 1) {
       const unsigned long long k = __shfl_xor_sync(0xFFFFFFFFu, mybest[i], o);
       mybest[i] = k > mybest[i] ? k : mybest[i];
     }
-  if (NB == 1 ? lane == 0 : (lane & 15) == 0)
+  if ((lane & 15) == 0)
 #pragma unroll
-    for (int i = 0; i < PL; i++) {
-      bbest[warp][NB == 1 ? 0 : (lane >> 4) + 2 * i] = mybest[i]; // (token < NB always)
-    }
+    for (int i = 0; i < PL; i++) bbest[warp][(lane >> 4) + 2 * i] = mybest[i]; // (token < NB always)
   __syncthreads();
   rt_block_best(bbest, nb, T.best);
   RT_TL_END();
@@ -161,7 +141,8 @@ __global__ void __launch_bounds__(256, 2) k_head_mma(const dlin *tab, const mv_t
 // batches of loads a warp has between meetings, so that one slow batch
 // does not hold seven warps each time (the host gives FP8 MT = 2: a warp
 // then has two batches a tile, as at BF16 with MT = 1; ledger 15). Same
-// layout, pieces and sums as k_head_mma (NB == 1).
+// layout and pieces as k_head_mma, the row sums from the accumulators by
+// one shuffle (rt_head_rowsums).
 template <int F, int MT>
 __global__ void __launch_bounds__(256, 2) k_head_dyn(const dlin *tab, const mv_task *tasks, unsigned *q) {
   RT_TL_START();
@@ -287,16 +268,15 @@ template <int F, int MT> static void head_dyn_run(gpu_session *g, const mv_launc
 }
 
 template <int F, int NB, int P = 3> static void head_mma_run(gpu_session *g, const mv_launch &m, size_t smem) {
-  if constexpr (NB == 1) {
-    // (FP8: two m-tiles, so that a warp has two batches a tile, as at BF16)
+  if constexpr (NB == 1) { // k_head_dyn (FP8: two m-tiles, so that a warp has two batches a tile, as at BF16)
     F == 1 ? head_dyn_run<F, 2>(g, m, smem) : head_dyn_run<F, 1>(g, m, smem);
-    return;
+  } else {
+    static head_state hs;
+    const int64_t tiles = (m.rows + 15) / 16;
+    const unsigned nblk = head_blocks(g, hs, k_head_mma<F, NB, P>, smem, (tiles + 7) / 8);
+    go(g, true, k_head_mma<F, NB, P>, dim3(nblk), dim3(256), smem, (const dlin *)g->w.lins, (const mv_task *)m.dev,
+       (const int *)g->x.sel);
   }
-  static head_state hs;
-  const int64_t tiles = (m.rows + 15) / 16;
-  const unsigned nblk = head_blocks(g, hs, k_head_mma<F, NB, P>, smem, (tiles + 7) / 8);
-  go(g, true, k_head_mma<F, NB, P>, dim3(nblk), dim3(256), smem, (const dlin *)g->w.lins, (const mv_task *)m.dev,
-     (const int *)g->x.sel);
 }
 
 template <int NB> static void head_mma_nb(gpu_session *g, const mv_launch &m) {

@@ -173,8 +173,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
                                        &d->sg, &d->su, &d->sd, &d->head};
   for (int i = 0; i < L_EXPERTS && !st; i++)
     if (base[i]->w) st = upload_lin(g, base[i], &h[i], err);
-  // gate/up pair matrices (tune glu=0: separate, with a SwiGLU kernel) where every expert's gate
-  // and up share a format and a shape
+  // gate/up pair matrices (ledger 23; tune glu=0: separate, with a SwiGLU kernel) where every
+  // expert's gate and up share a format and a shape
   g->set.glu = E > 0 && tune.glu;
   for (int64_t e = 0; e < E; e++)
     if (d->eg[e].f != d->eu[e].f || d->eg[e].rows != d->eu[e].rows || d->eg[e].cols != d->eu[e].cols) g->set.glu = 0;

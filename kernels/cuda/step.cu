@@ -28,7 +28,7 @@ static void enqueue_step(gpu_session *g, int n, bool chain) {
   ops_add_norm(g, n);
   mark(g, "residual+norm");
   // the shared expert (gate/up, SwiGLU, down into m2) on a second stream
-  // beside the router, routing and routed experts: it needs y2 only
+  // beside the router, routing and routed experts: it needs y2 only (ledger 24)
   const bool side = d->moe && d->sg.w && !g->prof.on;
   if (side) {
     cudaEventRecord(g->fork, g->st);

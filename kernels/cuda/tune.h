@@ -11,7 +11,8 @@
  * backend takes by itself for some shapes, and the key lets the gpu tests
  * (tests/check_gpu_runtime.c, its table runs every key) and a person
  * diagnosing a wrong result force it on any shape. Defaults are the
- * measured choices (tests/bench/LEDGER.md has the numbers).
+ * measured choices (tests/bench/LEDGER.md has the numbers: graphs and PDL
+ * 25, head_mma 14, dmma 13, glu 23, lt 2, attn_ring and attn_x 12, kv_ef 18).
  *
  *   head_mma=0|1     1: the FP8/BF16 head on tensor cores where the shape
  *                    allows (k_head_dyn, k_head_mma); 0: the FFMA head (k_mv)
