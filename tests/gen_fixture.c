@@ -54,7 +54,7 @@ static void add(const char *name, enum mtpq_dtype dt, int rank, int64_t a, int64
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
+  if (argc < 2 || argv[1][0] == '-') { /* OUT first: "--help" is not a directory to write 4.5 GB into */
     fprintf(stderr, "usage: gen_fixture OUT [options] (see the source)\n");
     return 2;
   }

@@ -3,17 +3,18 @@
 # 4K, batch 1 and 8, of the working tree against another tree (the tree
 # before a change), same card, rows alternating, compared by compare.py.
 #
-#   bash tests/bench/device_check.sh OUT WORK [BASE]
+#   bash tests/bench/device_check.sh OUT WORK [BASE [VOCAB]]
 #
 # OUT: where the summary (check.txt) and the logs (check.tgz) go (the device
 # tool's $OUT, which brings back few files); WORK: scratch (the fixture, the
 # other tree's build, every log); BASE: a source tree to
 # compare with (e.g. `git archive COMMIT | tar -x -C .device-base`, carried),
-# built with its own .ci/device-build.sh. Carry .device-debs (and BASE).
+# built with its own .ci/device-build.sh; VOCAB: the draft vocabulary for
+# the fixture's drafter (dev_fixture). Carry .device-debs (and BASE, VOCAB).
 # MTPQ_CHECK_LIMIT: seconds the whole script may take (default 570); the
 # gpu suite gets what is left after the timed rows.
 set -uo pipefail
-FIN=$1 W=$2 BASE=${3:-}
+FIN=$1 W=$2 BASE=${3:-} VOCAB=${4:-}
 O=$W/log
 rm -rf "$O" && mkdir -p "$O" "$FIN"
 {
@@ -32,7 +33,7 @@ wait $tp || { echo "build failed"; tail -30 "$O/build.txt"; exit 1; }
 . tests/bench/device_lib.sh
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 dev_card "$O"
-dev_fixture ./build-gpu "$W" || echo "fixture failed"
+dev_fixture ./build-gpu "$W" "$VOCAB" || echo "fixture failed"
 echo "fixture done at ${SECONDS}s"
 if [ -n "$BASE" ]; then
   wait $bp || { echo "base build failed"; tail -30 "$O/base-build.txt"; }

@@ -7,16 +7,21 @@ dev_card() {
     nvcc --version | tail -1; } | tee "$1/card.txt"
 }
 
-# BUILD WORK: the synthetic 80B-shaped target (gen_fixture --nvfp4-target:
-# 48-layer trunk left out, the MTP layer and head at full size) in WORK/t80,
-# a 98,304-id draft vocabulary from the example's counts in WORK/dv, and the
-# mtpq drafter quantized on the GPU in WORK/q80
+# BUILD WORK [VOCAB]: the synthetic 80B-shaped target (gen_fixture
+# --nvfp4-target: the MTP layer and head at full size) in WORK/t80, and its
+# mtpq drafter quantized on the GPU in WORK/q80 with the draft vocabulary
+# VOCAB (default: 98,304 ids built from the example's counts into WORK/dv,
+# which needs the example's tokenizer.json)
 dev_fixture() {
-  local b=$1 w=$2 T=testdata/tiny-qwen3next
+  local b=$1 w=$2 v=${3:-} T=testdata/tiny-qwen3next
   mkdir -p "$w"
-  "$b"/tests/gen_fixture "$w/t80" --nvfp4-target > /dev/null &&
+  if [ -z "$v" ]; then
     "$b"/mtpq build-vocab -q --tokenizer $T/model/tokenizer.json --counts $T/counts/code_train.tsv \
-      --counts $T/counts/prose_train.tsv:10 --size 98304 --out "$w/dv" &&
+      --counts $T/counts/prose_train.tsv:10 --size 98304 --out "$w/dv" > /dev/null || return 1
+    v=$w/dv.safetensors
+  fi
+  cp "$v" "$w/dv.safetensors" 2>/dev/null
+  "$b"/tests/gen_fixture "$w/t80" --nvfp4-target > /dev/null &&
     "$b"/mtpq quantize -q "$w/t80" --vocab "$w/dv.safetensors" --out "$w/q80" --gpu --force
 }
 
