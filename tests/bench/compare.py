@@ -3,8 +3,12 @@
 
 Usage: compare.py BEFORE.json AFTER.json [--max-pct X] [--markdown]
 
+A file that is not JSON is read as bench-step's text table (a tree from
+before --json existed): its rows' last twelve columns.
+
 Rows match on (drafter kind, drafter name, context, batch); the drafter name
-is the path's last component, so two trees' runs over the same fixture match.
+is the path's last component (the stock drafter has one row a context and
+batch), so two trees' runs over the same fixture match.
 For each row: us/step and dev us of both runs and the change in percent
 (positive: AFTER is slower). With --max-pct, exits 1 when any row's dev us
 (us/step where the backend has no device time) is more than X percent slower
@@ -17,12 +21,31 @@ import os
 import sys
 
 
+def text_rows(text):
+    rows = []
+    for line in text.splitlines():
+        t = line.split()
+        if len(t) < 13 or not t[-12].isdigit() or not t[-11].isdigit() or not t[-4].endswith("x"):
+            continue
+        name = " ".join(t[:-12])
+        num = lambda v: -1.0 if v == "-" else float(v.rstrip("x%").replace(",", ""))
+        rows.append({"drafter": name, "kind": "stock" if name.startswith("stock") else "drafter",
+                     "context": int(t[-12]), "batch": int(t[-11]), "us_per_step": num(t[-10]),
+                     "dev_us": num(t[-2])})
+    return {"rows": rows}
+
+
 def rows(path):
     with open(path) as f:
-        r = json.load(f)
+        text = f.read()
+    try:
+        r = json.loads(text)
+    except ValueError:
+        r = text_rows(text)
     out = {}
     for x in r["rows"]:
-        key = (x["kind"], os.path.basename(x["drafter"].rstrip("/")), x["context"], x["batch"])
+        name = "stock" if x["kind"] == "stock" else os.path.basename(x["drafter"].rstrip("/"))
+        key = (x["kind"], name, x["context"], x["batch"])
         out[key] = x
     return r, out
 

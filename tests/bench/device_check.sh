@@ -19,7 +19,7 @@ O=$W/log
 rm -rf "$O" && mkdir -p "$O" "$FIN"
 {
 MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh # the packages unpacked once, before two builds use them
-( . .ci/device-build.sh ) > "$O/build.txt" 2>&1 &
+( OUT=$O; . .ci/device-build.sh ) > "$O/build.txt" 2>&1 &
 tp=$!
 if [ -n "$BASE" ]; then
   rm -rf "$W/base" && cp -r "$BASE" "$W/base"
@@ -38,16 +38,16 @@ echo "fixture done at ${SECONDS}s"
 if [ -n "$BASE" ]; then
   wait $bp || { echo "base build failed"; tail -30 "$O/base-build.txt"; }
   for r in 1 2; do # alternating, so that drift over the run falls on both
-    dev_row "$W/base/build-gpu" "$W" "$O/base-$r.json" --context 4096 --batch 1 --batch 8
-    dev_row ./build-gpu "$W" "$O/tree-$r.json" --context 4096 --batch 1 --batch 8
+    dev_row "$W/base/build-gpu" "$W" "$O/base-$r.txt" --context 4096 --batch 1 --batch 8
+    dev_row ./build-gpu "$W" "$O/tree-$r.json" --context 4096 --batch 1 --batch 8 --json
   done
   for r in 1 2; do
     echo "== compare (pair $r): base -> tree"
-    python3 tests/bench/compare.py "$O/base-$r.json" "$O/tree-$r.json" --max-pct 2
+    python3 tests/bench/compare.py "$O/base-$r.txt" "$O/tree-$r.json" --max-pct 2
     echo "compare rc $?"
   done
 else
-  dev_row ./build-gpu "$W" "$O/tree-1.json" --context 4096 --batch 1 --batch 8
+  dev_row ./build-gpu "$W" "$O/tree-1.json" --context 4096 --batch 1 --batch 8 --json
 fi
 echo "rows done at ${SECONDS}s"
 TM=testdata/tiny-qwen3next
@@ -69,5 +69,5 @@ left=$((${MTPQ_CHECK_LIMIT:-570} - SECONDS))
 echo "gpu suite: $left s left at ${SECONDS}s"
 dev_gpu_suite ./build-gpu "$O" "$left"
 } 2>&1 | tee "$FIN/check.txt"
-cp "$O"/*.json "$FIN"/ 2>/dev/null
+cp "$O"/tree-*.json "$O"/base-*.txt "$FIN"/ 2>/dev/null
 tar -C "$O" -czf "$FIN/check.tgz" .

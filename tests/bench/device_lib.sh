@@ -25,12 +25,13 @@ dev_fixture() {
     "$b"/mtpq quantize -q "$w/t80" --vocab "$w/dv.safetensors" --out "$w/q80" --gpu --force
 }
 
-# BUILD WORK JSON [bench-step options...]: the stock and mtpq drafters of
-# WORK's fixture, bench-step --json into JSON (default 4K, batch 1, 40 calls)
+# BUILD WORK FILE [bench-step options...]: the stock and mtpq drafters of
+# WORK's fixture, bench-step into FILE (default 4K, batch 1, 40 calls; add
+# --json where the build has it: compare.py reads either)
 dev_row() {
   local b=$1 w=$2 j=$3
   shift 3
-  timeout 240 "$b"/mtpq bench-step --backend cuda --target "$w/t80" --drafter "$w/q80" --iters 40 --json "$@" > "$j"
+  timeout 240 "$b"/mtpq bench-step --backend cuda --target "$w/t80" --drafter "$w/q80" --iters 40 "$@" > "$j"
 }
 
 # BUILD WORK OUTDIR: one draft call's kernels of the mtpq row at 4K batch 1
