@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "kernels/cuda/tune.h"
 #include "kernels/replay.h"
+#include "kernels/traces.h"
 #include "kernels/runtime.h"
 #include "testutil.h"
 
@@ -180,12 +182,146 @@ START_TEST(test_sequences_and_draft) {
 }
 END_TEST
 
+/* The CUDA settings: defaults, every key in and out of range, kill switches,
+ * and what is refused (the parser is plain C: checked here, on CPU-only
+ * machines too). */
+START_TEST(test_cuda_settings) {
+  struct mtpq_err err = {0};
+  struct mtpq_cuda_tune t, d = mtpq_cuda_tune_default();
+  ck_assert_int_eq(mtpq_cuda_tune_parse(NULL, NULL, NULL, &t, &err), MTPQ_OK);
+  ck_assert_int_eq(memcmp(&t, &d, sizeof t), 0);
+  ck_assert(d.graphs == 1 && d.pdl == 1 && d.head_mma == 1 && d.dmma == 1 && d.glu == 1 && d.lt == 5 &&
+            d.attn_ring == 2 && d.attn_x == 0 && d.kv_ef == -1);
+  ck_assert_int_eq(mtpq_cuda_tune_parse("0", "0", "head_mma=0,dmma=0,glu=0,lt=8,attn_ring=0,attn_x=7,kv_ef=1", &t,
+                                        &err), MTPQ_OK);
+  ck_assert(t.graphs == 0 && t.pdl == 0 && t.head_mma == 0 && t.dmma == 0 && t.glu == 0 && t.lt == 8 &&
+            t.attn_ring == 0 && t.attn_x == 7 && t.kv_ef == 1);
+  char buf[512];
+  mtpq_cuda_tune_describe(&t, buf, sizeof buf);
+  ck_assert_msg(strstr(buf, "graphs OFF") && strstr(buf, "pdl OFF") && strstr(buf, "lt=8*") &&
+                strstr(buf, "kv_ef=1*"), "%s", buf);
+  mtpq_cuda_tune_describe(&d, buf, sizeof buf);
+  ck_assert_msg(!strchr(buf, '*') && strstr(buf, "graphs on, pdl on"), "%s", buf);
+  static const struct {
+    const char *graphs, *tune, *says;
+  } bad[] = {
+      {NULL, "bogus=1", "unknown key \"bogus\""}, {NULL, "lt=9", "lt: value \"9\""},
+      {NULL, "kv_ef=-2", "kv_ef: value \"-2\""},  {NULL, "attn_ring=1x", "attn_ring: value \"1x\""},
+      {NULL, "dmma", "not key=value"},            {NULL, "dmma=", "dmma: value \"\""},
+      {"2", NULL, "MTPQ_CUDA_GRAPHS: value \"2\""}, {"", NULL, "MTPQ_CUDA_GRAPHS: value \"\""},
+      {NULL, "glu=0,,", "not key=value"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(mtpq_cuda_tune_parse(bad[i].graphs, NULL, bad[i].tune, &t, &err), MTPQ_E_INVAL);
+    ck_assert_msg(strstr(err.msg, bad[i].says), "%s: %s", bad[i].tune ? bad[i].tune : bad[i].graphs, err.msg);
+  }
+  /* the process's settings: read once, replaceable for tests */
+  ck_assert_int_eq(mtpq_cuda_tune_override(NULL, NULL, "attn_x=3", &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_cuda_tune_get(&t, &err), MTPQ_OK);
+  ck_assert_int_eq(t.attn_x, 3);
+  ck_assert_int_eq(mtpq_cuda_tune_override(NULL, NULL, "nope=1", &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_cuda_settings(buf, sizeof buf, &err), MTPQ_E_INVAL); /* every CUDA session would refuse */
+  ck_assert_int_eq(mtpq_cuda_tune_override(NULL, NULL, NULL, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_cuda_settings(buf, sizeof buf, &err), MTPQ_OK);
+}
+END_TEST
+
+/* The trace file: the shipped traces read, their domains and metadata; a
+ * file with no traces, a tokens tensor without its hidden states, mixed
+ * hidden sizes, a bad metadata value and tokens outside the vocabulary are
+ * refused naming the file and tensor. */
+START_TEST(test_traces) {
+  struct mtpq_err err = {0};
+  struct mtpq_traces *t = NULL;
+  ck_assert_int_eq(mtpq_traces_open(T "/traces.safetensors", &t, &err), MTPQ_OK);
+  ck_assert_uint_eq(mtpq_traces_count(t), 24);
+  int code = 0, prose = 0;
+  for (size_t i = 0; i < mtpq_traces_count(t); i++) {
+    const struct mtpq_trace *x = mtpq_traces_at(t, i);
+    code += !strcmp(x->domain, "code_heldout"), prose += !strcmp(x->domain, "prose_heldout");
+    ck_assert_int_eq(x->hidden, 128);
+  }
+  ck_assert_int_eq(code + prose, 24);
+  int64_t k = 0;
+  ck_assert_int_eq(mtpq_traces_meta_int(t, "k", 1, 16, 9, &k, &err), MTPQ_OK);
+  ck_assert_int_eq(k, 3);
+  ck_assert_int_eq(mtpq_traces_meta_int(t, "prompt_len", 1, 1000, 192, &k, &err), MTPQ_OK);
+  ck_assert_int_eq(k, 192); /* absent: the default */
+  ck_assert_int_eq(mtpq_traces_meta_int(t, "hidden", 1, 1000, 1, &k, &err), MTPQ_E_BAD_VALUE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "metadata hidden"));
+  ck_assert_int_eq(mtpq_traces_check(t, 64, 151936, &err), MTPQ_E_DTYPE_MISMATCH);
+  ck_assert_ptr_nonnull(strstr(err.msg, "hidden size 128 but the drafter's is 64"));
+  ck_assert_int_eq(mtpq_traces_check(t, 128, 100, &err), MTPQ_E_BAD_VALUE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "outside the vocabulary (100)"));
+  mtpq_traces_close(t);
+  char *dir = tu_scratch(), *p = tu_path(dir, "t.safetensors");
+  tu_write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
+  ck_assert_int_eq(mtpq_traces_open(p, &t, &err), MTPQ_E_NOT_FOUND);
+  ck_assert_msg(strstr(err.msg, "no traces") && strstr(err.msg, p), "%s", err.msg);
+  tu_write_st(p, "{\"d.0.tokens\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
+  ck_assert_int_eq(mtpq_traces_open(p, &t, &err), MTPQ_E_DTYPE_MISMATCH);
+  ck_assert_msg(strstr(err.msg, "d.0.hidden") && strstr(err.msg, "no such tensor"), "%s", err.msg);
+  tu_write_st(p, "{\"d.0.tokens\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                 "\"d.0.hidden\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[4,8]},"
+                 "\"d.1.tokens\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+                 "\"d.1.hidden\":{\"dtype\":\"BF16\",\"shape\":[1,4],\"data_offsets\":[12,20]}}", 20);
+  ck_assert_int_eq(mtpq_traces_open(p, &t, &err), MTPQ_E_DTYPE_MISMATCH);
+  ck_assert_msg(strstr(err.msg, "hidden size 4"), "%s", err.msg);
+  tu_rmtree(dir);
+  free(p), free(dir);
+}
+END_TEST
+
+/* The per-domain replay of a whole trace file equals the sum of its traces'
+ * replays, and the metrics are what their definitions say. */
+START_TEST(test_replay_traces) {
+  struct mtpq_err err = {0};
+  struct mtpq_rt_model *d = NULL;
+  ck_assert_int_eq(mtpq_rt_model_open(T "/model", NULL, &d, &err), MTPQ_OK);
+  struct mtpq_traces *t = NULL;
+  ck_assert_int_eq(mtpq_traces_open(T "/traces.safetensors", &t, &err), MTPQ_OK);
+  struct mtpq_accept_report r;
+  ck_assert_int_eq(mtpq_replay_traces(d, MTPQ_BACKEND_CPU, t, 192, 3, 0, &r, &err), MTPQ_OK);
+  ck_assert_int_eq(r.ndom, 2);
+  ck_assert_str_eq(r.dom[0], "code_heldout");
+  struct mtpq_accept_stats sum = {0};
+  mtpq_accept_add(&sum, &r.st[0]), mtpq_accept_add(&sum, &r.st[1]);
+  ck_assert_uint_eq(sum.drafts, r.all.drafts);
+  for (int i = 0; i < 3; i++) ck_assert_uint_eq(sum.accepted[i], r.all.accepted[i]);
+  /* one trace alone, by hand */
+  const struct mtpq_trace *x = mtpq_traces_at(t, 0);
+  int32_t *xc = malloc((size_t)x->n * 4);
+  memcpy(xc, x->tokens, (size_t)x->n * 4);
+  struct mtpq_session *s = NULL;
+  struct mtpq_accept_stats one = {0};
+  ck_assert_int_eq(mtpq_session_open(d, MTPQ_BACKEND_CPU, x->n, 0, &s, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_replay_trace(s, xc, x->hidden_bf16, x->n, 192, 3, &one, &err), MTPQ_OK);
+  ck_assert_uint_le(one.drafts, r.st[0].drafts);
+  double acc = 0;
+  for (int i = 0; i < 3; i++) acc += (double)r.all.accepted[i];
+  ck_assert(fabs(mtpq_accept_mal(&r.all) - (1.0 + acc / (double)r.all.drafts)) < 1e-12);
+  ck_assert(fabs(mtpq_accept_perpos(&r.all, 1) - (double)r.all.accepted[1] / (double)r.all.drafts) < 1e-12);
+  ck_assert(fabs(mtpq_accept_cond(&r.all, 1) - (double)r.all.accepted[1] / (double)r.all.reached[1]) < 1e-12);
+  struct mtpq_accept_stats zero = {0};
+  ck_assert(mtpq_accept_mal(&zero) == 0 && mtpq_accept_cond(&zero, 0) == 0 && mtpq_accept_step_us(&zero) == 0);
+  /* the shipped traces' stock acceptance, as the CUDA backend matched it on the GPU machine */
+  ck_assert_uint_eq(r.all.drafts, 858);
+  mtpq_session_close(s);
+  free(xc);
+  mtpq_traces_close(t);
+  mtpq_rt_model_close(d);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("runtime");
   TCase *tc = tcase_create("runtime");
   tcase_add_test(tc, test_forward_matches_torch);
   tcase_add_test(tc, test_replay_rules_and_errors);
   tcase_add_test(tc, test_sequences_and_draft);
+  tcase_add_test(tc, test_cuda_settings);
+  tcase_add_test(tc, test_traces);
+  tcase_add_test(tc, test_replay_traces);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

@@ -126,5 +126,9 @@ run tok_ids 0 "$MTPQ" tokenize -t "$TOKJ" "$SCRATCH/h.txt" && has tok_ids out '^
 run bv_ok 0 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" --text "$SCRATCH/h.txt" -n 20000 --out "$SCRATCH/ok"
 has bv_ok out 'ok\.\{safetensors,pt,json\}: 20000 of 151669 ids'
 
+# bench-acceptance: a traces file with no traces, and one without hidden states, are refused (exit 4)
+"$ST_TOOL" write "$SCRATCH/notr.safetensors" 1 >/dev/null # (random tensors of every dtype, no NAME.tokens)
+run acc_notraces 4 "$MTPQ" bench-acceptance --backend cpu --target "$MODEL" --traces "$SCRATCH/notr.safetensors" &&
+  has acc_notraces err 'notr.safetensors: no traces' && empty acc_notraces out
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

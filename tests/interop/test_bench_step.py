@@ -89,6 +89,32 @@ p = subprocess.run([MTPQ, "bench-step", "--target", M, "--backend", "cpu", "--it
                     "--warm-l2"], capture_output=True, text=True)
 check(p.returncode == 0 and len([l for l in p.stdout.splitlines() if l.startswith("stock")]) == 1,
       f"--warm-l2 on the CPU: rc {p.returncode} {p.stdout} {p.stderr}")
+# --json: the same rows as the table, the run's settings, and compare.py reads two of them
+pj = subprocess.run([MTPQ, "bench-step", "--target", M, "--backend", "cpu", "--iters", "2", "--context", "16",
+                     "--batch", "1", "--batch", "3", "--json", "--target-step-ms", "20", "--mal", "2.5"],
+                    capture_output=True, text=True)
+check(pj.returncode == 0, f"--json rc {pj.returncode}: {pj.stderr}")
+try:
+    j = json.loads(pj.stdout)
+except ValueError as e:
+    j = {"rows": []}
+    check(False, f"--json output is not JSON ({e}): {pj.stdout[:200]}")
+check(j.get("backend") == "cpu" and j.get("k") == K and j.get("iters") == 2, f"--json header: {j}")
+jr = j["rows"]
+check([(r["kind"], r["context"], r["batch"]) for r in jr] == [("stock", 16, 1), ("stock", 16, 3)], f"rows {jr}")
+for r in jr:
+    check(abs(r["bytes"] - expect(r["context"], r["batch"])) < 6000, f"--json bytes {r['bytes']}")
+    check(abs(r["x_floor"] - r["us_per_step"] / r["floor_us"]) < 1e-6 and r["dev_us"] == -1, f"--json row {r}")
+    check(abs(r["est_tokens_per_s"] - 2.5e3 / (20 + K * r["us_per_step"] / 1e3)) < 1e-6, f"--json estimate {r}")
+jp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"mtpq-bs-{os.getpid()}.json")
+with open(jp, "w") as f:
+    f.write(pj.stdout)
+cmp = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
+                      "compare.py"), jp, jp, "--max-pct", "0"], capture_output=True, text=True)
+os.unlink(jp)
+check(cmp.returncode == 0 and "+0.00%" in cmp.stdout, f"compare.py of a result with itself: {cmp.stdout} {cmp.stderr}")
+p = subprocess.run([MTPQ, "bench-step", "--target", M, "--json", "--profile"], capture_output=True, text=True)
+check(p.returncode == 2 and "--profile" in p.stderr, f"--json --profile: rc {p.returncode} {p.stderr}")
 for bad, rc in ((["--backend", "tpu"], 2), (["--target-step-ms", "5"], 2), (["--iters", "0"], 2),
                 (["--batch", "9"], 2), (["-k", "0"], 2)):
     p = subprocess.run([MTPQ, "bench-step", "--target", M, *bad], capture_output=True, text=True)
