@@ -2,7 +2,7 @@
 // under a kernel-per-operation draft step (issue 7). A step at 4K batch 1 is
 // 15 dependent kernels on its critical path; this times graphs of 15 kernels
 // that do nothing but stream the bytes the real ones read (the 80B shape's
-// sizes, tests/bench/RESULTS.md), so the gap between the real step and this
+// sizes), so the gap between the real step and this
 // is the kernels' own work and the gap between this and bytes / HBM is the
 // chain's. Stand-alone (no mtpq code), built on the GPU machine:
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/chain_floor tests/bench/chain_floor.cu
@@ -28,7 +28,7 @@
 // the slots dealt to the blocks in turn; "ring4t": a timeline of each
 // phase's start and end per block) and k_persist5 ("l2mega": the phases
 // ahead prefetched into L2 instead). Run on the H200 on 2026-12-01
-// (RESULTS.md, fourteenth round): every persistent form was slower than the
+// (LEDGER.md, entry 1): every persistent form was slower than the
 // kernel chain, because a barrier (or any latency-bound load: a flag's poll,
 // the input read after it) queues behind the SM's own weight traffic, and
 // behind the L2's when prefetches fill it: 1.5 us a barrier with no bytes
