@@ -342,7 +342,7 @@ START_TEST(test_random_shapes) {
     compare_random_knobs(dir, q, 30 + 5 * (int64_t)k, others);
   }
   /* over 256 attention splits of 32 positions (8K): k_attn_combine's later
-     rounds (one 16-wide head: the CPU's prefill of 5 x 8K positions is cheap) */
+     passes (one 16-wide head: the CPU's prefill of 5 x 8K positions is cheap) */
   if (shape_on("long")) {
     ran++;
     char dir[700];
