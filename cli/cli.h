@@ -108,5 +108,7 @@ int cmd_tokenize(int argc, char **argv);
 extern const struct cli_opt build_vocab_opts[];
 int cmd_build_vocab(int argc, char **argv);
 extern const struct cli_opt bench_quant_opts[];
+extern const struct cli_opt traces_opts[];
+int cmd_traces(int argc, char **argv);
 
 #endif

@@ -45,6 +45,14 @@ static const struct cli_cmd commands[] = {
      "per-position acceptance, mean acceptance length, drafts and the drafter's\n"
      "time per drafted token and per round, per domain (the trace-name prefix\n"
      "before the first dot) and overall; stock first.\n"},
+    {"traces", "record target traces: greedy continuations of prompts by the target model",
+     "--target DIR --prompts FILE... --out FILE [-n N] [options]", traces_opts, cmd_traces,
+     "Runs the target model (the whole trunk: Gated DeltaNet and full-attention\n"
+     "layers, MoE or dense MLP, the final norm and head) on the CPU reference\n"
+     "backend over each prompt and N greedy tokens after it, and writes the\n"
+     "tokens and the final-norm hidden states in the traces format that\n"
+     "bench-acceptance replays. Prompts: a traces file (its prompts), JSON Lines\n"
+     "(--text-field, or --chat for \"messages\") or a text file.\n"},
     {"download", "fetch a Hub repo into the huggingface_hub cache", "REPO [--revision R] [--include GLOB]...",
      download_opts, cmd_download,
      "Resolves the revision to a commit, lists the tree and fetches the selected\n"

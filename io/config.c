@@ -86,7 +86,41 @@ enum mtpq_status mtpq_config_parse(const char *text, size_t len, const char *lab
   INT_FIELD(num_experts, 0, 0)
   INT_FIELD(num_experts_per_tok, 0, 0)
   INT_FIELD(mtp_num_hidden_layers, 0, 0)
+  INT_FIELD(full_attention_interval, 0, 0)
+  INT_FIELD(linear_num_key_heads, 0, 0)
+  INT_FIELD(linear_num_value_heads, 0, 0)
+  INT_FIELD(linear_key_head_dim, 0, 0)
+  INT_FIELD(linear_value_head_dim, 0, 0)
+  INT_FIELD(linear_conv_kernel_dim, 0, 0)
 #undef INT_FIELD
+  if (cfg->num_hidden_layers > MTPQ_MAX_LAYERS) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: %lld layers: at most %d are read", label,
+                      (long long)cfg->num_hidden_layers, MTPQ_MAX_LAYERS);
+    goto fail;
+  }
+  const cJSON *lt = get(root, "layer_types");
+  for (int64_t i = 0; i < cfg->num_hidden_layers; i++) {
+    char k = 'A';
+    if (cJSON_IsArray(lt)) {
+      const cJSON *e = cJSON_GetArrayItem(lt, (int)i);
+      const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
+      if (v && !strcmp(v, "full_attention")) k = 'A';
+      else if (v && !strcmp(v, "linear_attention")) k = 'L';
+      else {
+        st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: layer_types[%lld] is %s%s%s, not full_attention or "
+                          "linear_attention", label, (long long)i, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
+        goto fail;
+      }
+    } else if (cfg->full_attention_interval > 0) {
+      k = (i + 1) % cfg->full_attention_interval ? 'L' : 'A';
+    }
+    cfg->layer_types[i] = k;
+  }
+  if (cJSON_IsArray(lt) && cJSON_GetArraySize(lt) != (int)cfg->num_hidden_layers) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: layer_types has %d entries for %lld layers", label,
+                      cJSON_GetArraySize(lt), (long long)cfg->num_hidden_layers);
+    goto fail;
+  }
   if (cfg->num_attention_heads == 0 || cfg->hidden_size == 0) {
     st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: hidden_size and num_attention_heads must be > 0",
                       label);

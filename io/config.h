@@ -13,6 +13,8 @@
 
 #include "io/status.h"
 
+#define MTPQ_MAX_LAYERS 256
+
 struct mtpq_model_config {
   char model_type[64];     /* top-level model_type ("qwen3_next", "qwen3_5_moe") */
   char architecture[128];  /* architectures[0], "" if absent */
@@ -33,6 +35,14 @@ struct mtpq_model_config {
   double partial_rotary_factor;           /* 0.25 when absent (transformers default) */
   int tie_word_embeddings;                /* 0/1; -1 when absent */
   int norm_topk_prob;                     /* defaults to 1, as vLLM */
+  /* the hybrid stack (target-architecture.md 1): layer_types[i] 'A' full
+   * attention, 'L' linear attention (Gated DeltaNet), from the config's
+   * layer_types list, else from full_attention_interval (layer i is full
+   * attention when (i + 1) % interval == 0), else all 'A' */
+  char layer_types[MTPQ_MAX_LAYERS + 1];
+  int64_t full_attention_interval;        /* 0 if absent */
+  int64_t linear_num_key_heads, linear_num_value_heads; /* GDN sizes; 0 if absent */
+  int64_t linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim;
   void *json;  /* the parsed document (cJSON *), owned */
 };
 

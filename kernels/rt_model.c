@@ -24,9 +24,9 @@ static const struct mtpq_tensor *find2(const struct mtpq_repo *a, const struct m
   return t ? t : (b ? mtpq_repo_find(b, n) : NULL);
 }
 
-static enum mtpq_status load_lin(struct mtpq_rt_model *d, const char *mod, struct lin *L, struct mtpq_err *err) {
+enum mtpq_status mtpq__rt_load_lin(const struct mtpq_repo *src, const char *mod, struct lin *L,
+                                   struct mtpq_err *err) {
   char n[512];
-  const struct mtpq_repo *src = d->drafter ? d->drafter : d->target;
   snprintf(n, sizeof n, "%s.weight", mod);
   const struct mtpq_tensor *w = mtpq_repo_find(src, n);
   if (!w || w->rank != 2)
@@ -49,6 +49,25 @@ static enum mtpq_status load_lin(struct mtpq_rt_model *d, const char *mod, struc
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: %s is %s without the scales of a known format",
                         mtpq_repo_dir(src), w->name, mtpq_dtype_name(w->dtype));
   }
+  return MTPQ_OK;
+}
+
+static enum mtpq_status load_lin(struct mtpq_rt_model *d, const char *mod, struct lin *L, struct mtpq_err *err) {
+  return mtpq__rt_load_lin(d->drafter ? d->drafter : d->target, mod, L, err);
+}
+
+enum mtpq_status mtpq__rt_load_vec(const struct mtpq_repo *src, const char *name, int64_t n, float **out,
+                                   struct mtpq_err *err) {
+  *out = NULL;
+  const struct mtpq_tensor *t = mtpq_repo_find(src, name);
+  if (!t || (t->dtype != MTPQ_DTYPE_BF16 && t->dtype != MTPQ_DTYPE_F32) || (int64_t)t->numel != n)
+    return mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: %s: missing, or not BF16/F32 with %lld values", mtpq_repo_dir(src),
+                        name, (long long)n);
+  *out = malloc((size_t)(n ? n : 1) * sizeof **out);
+  if (!*out) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  for (int64_t i = 0; i < n; i++)
+    if (t->dtype == MTPQ_DTYPE_BF16) (*out)[i] = bf16f((const unsigned char *)t->data + 2 * i);
+    else memcpy(&(*out)[i], (const unsigned char *)t->data + 4 * i, 4);
   return MTPQ_OK;
 }
 

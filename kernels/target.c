@@ -1,0 +1,426 @@
+/* The target model: loading and the CPU reference forward; see
+ * kernels/target.h. */
+#include "kernels/target.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/config.h"
+#include "io/repo.h"
+#include "kernels/rt_cpu.h"
+#include "kernels/rt_model.h"
+
+struct tlayer {
+  char kind;                 /* 'A' / 'L' */
+  float *in_norm, *post_norm; /* (1 + w) norms, [H] */
+  struct rt_attn attn;        /* 'A' */
+  /* 'L': Qwen3-Next's interleaved projections (qkvz.w set), or Qwen3.5's */
+  struct lin qkvz, ba, qkv, z, b, a, out;
+  float *conv_w;              /* [conv_dim][K] */
+  float *dt_bias, *A_log, *gnorm; /* [HV], [HV], [dv] (the gated norm's w, used as is) */
+  struct rt_mlp mlp;
+  struct lin *experts;        /* owned: eg, eu, ed of E experts, one array */
+};
+
+struct mtpq_target {
+  struct mtpq_repo *repo;
+  struct mtpq_model_config cfg;
+  char pre[32]; /* "model." or "model.language_model." */
+  int64_t H, V, L, Nq, Nkv, D, rot;
+  float eps, theta;
+  int64_t HK, HV, dk, dv, Kc, conv_dim, inter; /* GDN sizes; the widest MLP intermediate */
+  const unsigned char *embed; /* BF16 [V, H] */
+  struct lin head;
+  float *final_norm;
+  struct tlayer *layers;
+};
+
+struct mtpq_target_seq {
+  const struct mtpq_target *t;
+  int64_t max_pos, len;
+  float **kc, **vc, **conv, **rec; /* per layer, NULL where the layer has none */
+  float *h, *a, *y, *m, *qg, *kk, *vv, *att, *sc, *pr, *g1, *u1, *t1, *proj, *zz, *bb, *aa, *mix, *o;
+};
+
+/* the full name of a layer's tensor ("PREFIXlayers.I.SUF"; i < 0: "PREFIXSUF") */
+static void tname(const struct mtpq_target *t, int64_t i, const char *suf, char *out, size_t cap) {
+  if (i < 0) snprintf(out, cap, "%s%s", t->pre, suf);
+  else snprintf(out, cap, "%slayers.%lld.%s", t->pre, (long long)i, suf);
+}
+
+static enum mtpq_status lin(const struct mtpq_target *t, int64_t i, const char *suf, struct lin *L,
+                            struct mtpq_err *err) {
+  char m[320];
+  tname(t, i, suf, m, sizeof m);
+  return mtpq__rt_load_lin(t->repo, m, L, err);
+}
+
+static enum mtpq_status vec(const struct mtpq_target *t, int64_t i, const char *suf, int64_t n, float **out,
+                            struct mtpq_err *err) {
+  char m[320];
+  tname(t, i, suf, m, sizeof m);
+  return mtpq__rt_load_vec(t->repo, m, n, out, err);
+}
+
+static const struct mtpq_tensor *find(const struct mtpq_target *t, int64_t i, const char *suf) {
+  char m[320];
+  tname(t, i, suf, m, sizeof m);
+  return mtpq_repo_find(t->repo, m);
+}
+
+/* the layer's MLP: MoE (router mlp.gate) with per-expert or fused BF16
+ * experts and an optional gated shared expert, or dense gate/up/down */
+static enum mtpq_status load_mlp(struct mtpq_target *t, int64_t i, struct tlayer *l, struct mtpq_err *err) {
+  struct rt_mlp *w = &l->mlp;
+  enum mtpq_status st = MTPQ_OK;
+  if (!find(t, i, "mlp.gate.weight")) { /* dense */
+    st = lin(t, i, "mlp.gate_proj", &w->sg, err);
+    if (!st) st = lin(t, i, "mlp.up_proj", &w->su, err);
+    if (!st) st = lin(t, i, "mlp.down_proj", &w->sd, err);
+    if (!st && w->sg.rows > t->inter) t->inter = w->sg.rows;
+    return st;
+  }
+  w->moe = 1, w->E = t->cfg.num_experts, w->topk = t->cfg.num_experts_per_tok, w->norm_topk = t->cfg.norm_topk_prob;
+  if (w->E < 1 || w->topk < 1 || w->topk > w->E || w->topk > 64)
+    return mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: layer %lld has a router but num_experts %lld, top-%lld",
+                        mtpq_repo_dir(t->repo), (long long)i, (long long)w->E, (long long)w->topk);
+  st = lin(t, i, "mlp.gate", &w->router, err);
+  if (!st && w->router.rows != w->E)
+    st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: layer %lld's router has %lld rows for %lld experts",
+                      mtpq_repo_dir(t->repo), (long long)i, (long long)w->router.rows, (long long)w->E);
+  if (!st && find(t, i, "mlp.shared_expert.gate_proj.weight")) {
+    st = lin(t, i, "mlp.shared_expert.gate_proj", &w->sg, err);
+    if (!st) st = lin(t, i, "mlp.shared_expert.up_proj", &w->su, err);
+    if (!st) st = lin(t, i, "mlp.shared_expert.down_proj", &w->sd, err);
+    if (!st && find(t, i, "mlp.shared_expert_gate.weight"))
+      st = lin(t, i, "mlp.shared_expert_gate", &w->seg, err);
+    if (!st && w->sg.rows > t->inter) t->inter = w->sg.rows;
+  }
+  if (st) return st;
+  l->experts = calloc((size_t)(3 * w->E), sizeof *l->experts);
+  if (!l->experts) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  struct lin *eg = l->experts, *eu = eg + w->E, *ed = eu + w->E;
+  w->eg = eg, w->eu = eu, w->ed = ed;
+  const struct mtpq_tensor *gu = find(t, i, "mlp.experts.gate_up_proj");
+  const struct mtpq_tensor *dn = find(t, i, "mlp.experts.down_proj");
+  for (int64_t e = 0; e < w->E && !st; e++) {
+    if (gu && dn) { /* fused: [E, 2I, H] and [E, H, I], BF16 */
+      if (gu->dtype != MTPQ_DTYPE_BF16 || dn->dtype != MTPQ_DTYPE_BF16 || gu->rank != 3 || dn->rank != 3 ||
+          gu->shape[0] != w->E || dn->shape[0] != w->E)
+        return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: layer %lld's fused experts are not BF16 [E, 2I, H] and "
+                            "[E, H, I]", mtpq_repo_dir(t->repo), (long long)i);
+      int64_t I = gu->shape[1] / 2, H = gu->shape[2];
+      const unsigned char *base = (const unsigned char *)gu->data + (size_t)(e * 2 * I * H * 2);
+      eg[e] = (struct lin){LIN_BF16, I, H, base, NULL, 0};
+      eu[e] = (struct lin){LIN_BF16, I, H, base + I * H * 2, NULL, 0};
+      ed[e] = (struct lin){LIN_BF16, dn->shape[1], dn->shape[2],
+                           (const unsigned char *)dn->data + (size_t)(e * dn->shape[1] * dn->shape[2] * 2), NULL, 0};
+    } else {
+      char f[128];
+      snprintf(f, sizeof f, "mlp.experts.%lld.gate_proj", (long long)e);
+      st = lin(t, i, f, &eg[e], err);
+      snprintf(f, sizeof f, "mlp.experts.%lld.up_proj", (long long)e);
+      if (!st) st = lin(t, i, f, &eu[e], err);
+      snprintf(f, sizeof f, "mlp.experts.%lld.down_proj", (long long)e);
+      if (!st) st = lin(t, i, f, &ed[e], err);
+    }
+    if (!st && eg[e].rows > t->inter) t->inter = eg[e].rows;
+  }
+  return st;
+}
+
+static enum mtpq_status load_gdn(struct mtpq_target *t, int64_t i, struct tlayer *l, struct mtpq_err *err) {
+  enum mtpq_status st;
+  const int64_t kd = t->HK * t->dk, vd = t->HV * t->dv;
+  if (find(t, i, "linear_attn.in_proj_qkvz.weight")) {
+    st = lin(t, i, "linear_attn.in_proj_qkvz", &l->qkvz, err);
+    if (!st) st = lin(t, i, "linear_attn.in_proj_ba", &l->ba, err);
+    if (!st && (l->qkvz.rows != 2 * kd + 2 * vd || l->ba.rows != 2 * t->HV))
+      st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: layer %lld: in_proj_qkvz has %lld rows, in_proj_ba %lld; "
+                        "the config gives %lld and %lld", mtpq_repo_dir(t->repo), (long long)i,
+                        (long long)l->qkvz.rows, (long long)l->ba.rows, (long long)(2 * kd + 2 * vd),
+                        (long long)(2 * t->HV));
+  } else {
+    st = lin(t, i, "linear_attn.in_proj_qkv", &l->qkv, err);
+    if (!st) st = lin(t, i, "linear_attn.in_proj_z", &l->z, err);
+    if (!st) st = lin(t, i, "linear_attn.in_proj_b", &l->b, err);
+    if (!st) st = lin(t, i, "linear_attn.in_proj_a", &l->a, err);
+    if (!st && (l->qkv.rows != 2 * kd + vd || l->z.rows != vd || l->b.rows != t->HV || l->a.rows != t->HV))
+      st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: layer %lld: in_proj_qkv/z/b/a rows %lld/%lld/%lld/%lld; the "
+                        "config gives %lld/%lld/%lld/%lld", mtpq_repo_dir(t->repo), (long long)i,
+                        (long long)l->qkv.rows, (long long)l->z.rows, (long long)l->b.rows, (long long)l->a.rows,
+                        (long long)(2 * kd + vd), (long long)vd, (long long)t->HV, (long long)t->HV);
+  }
+  if (!st) st = lin(t, i, "linear_attn.out_proj", &l->out, err);
+  if (!st) st = vec(t, i, "linear_attn.conv1d.weight", t->conv_dim * t->Kc, &l->conv_w, err);
+  if (!st) st = vec(t, i, "linear_attn.dt_bias", t->HV, &l->dt_bias, err);
+  if (!st) st = vec(t, i, "linear_attn.A_log", t->HV, &l->A_log, err);
+  if (!st) st = vec(t, i, "linear_attn.norm.weight", t->dv, &l->gnorm, err);
+  return st;
+}
+
+void mtpq_target_close(struct mtpq_target *t) {
+  if (!t) return;
+  for (int64_t i = 0; t->layers && i < t->L; i++) {
+    struct tlayer *l = &t->layers[i];
+    free(l->in_norm), free(l->post_norm), free((void *)l->attn.qn), free((void *)l->attn.kn);
+    free(l->conv_w), free(l->dt_bias), free(l->A_log), free(l->gnorm), free(l->experts);
+  }
+  free(t->layers);
+  free(t->final_norm);
+  mtpq_config_free(&t->cfg);
+  mtpq_repo_close(t->repo);
+  free(t);
+}
+
+enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, struct mtpq_err *err) {
+  *out = NULL;
+  rt_cpu_init();
+  struct mtpq_target *t = calloc(1, sizeof *t);
+  if (!t) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  int found = 0;
+  enum mtpq_status st = mtpq_repo_open(dir, &t->repo, err);
+  if (!st) st = mtpq_config_load_dir(mtpq_repo_dir(t->repo), &t->cfg, &found, err);
+  if (!st && !found) st = mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: no config.json", dir);
+  if (st) goto fail;
+  const struct mtpq_model_config *c = &t->cfg;
+  snprintf(t->pre, sizeof t->pre, "%s",
+           mtpq_repo_find(t->repo, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.");
+  t->H = c->hidden_size, t->L = c->num_hidden_layers, t->Nq = c->num_attention_heads, t->Nkv = c->num_key_value_heads;
+  t->D = c->head_dim, t->eps = (float)c->rms_norm_eps, t->theta = (float)c->rope_theta;
+  t->rot = (int64_t)(c->head_dim * c->partial_rotary_factor);
+  t->HK = c->linear_num_key_heads, t->HV = c->linear_num_value_heads, t->dk = c->linear_key_head_dim;
+  t->dv = c->linear_value_head_dim, t->Kc = c->linear_conv_kernel_dim;
+  t->conv_dim = 2 * t->HK * t->dk + t->HV * t->dv;
+  if (t->L < 1 || t->Nkv < 1 || t->Nq % t->Nkv || t->rot % 2) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: %lld layers, %lld query heads over %lld KV heads, rotary dims "
+                      "%lld: not a model this runtime runs", dir, (long long)t->L, (long long)t->Nq,
+                      (long long)t->Nkv, (long long)t->rot);
+    goto fail;
+  }
+  if (strchr(c->layer_types, 'L') &&
+      (t->HK < 1 || t->HV < t->HK || t->HV % t->HK || t->dk < 1 || t->dv < 1 || t->Kc < 2)) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: linear_attention layers need linear_num_key_heads, "
+                      "linear_num_value_heads (a multiple), linear_key/value_head_dim and linear_conv_kernel_dim >= 2 "
+                      "(got %lld, %lld, %lld, %lld, %lld)", dir, (long long)t->HK, (long long)t->HV, (long long)t->dk,
+                      (long long)t->dv, (long long)t->Kc);
+    goto fail;
+  }
+  char n[128];
+  snprintf(n, sizeof n, "%sembed_tokens.weight", t->pre);
+  const struct mtpq_tensor *emb = mtpq_repo_find(t->repo, n);
+  if (!emb || emb->dtype != MTPQ_DTYPE_BF16 || emb->rank != 2 || emb->shape[1] != t->H) {
+    st = mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: %s missing or not BF16 [V, %lld]", dir, n, (long long)t->H);
+    goto fail;
+  }
+  t->embed = emb->data;
+  if (mtpq_repo_find(t->repo, "lm_head.weight")) st = mtpq__rt_load_lin(t->repo, "lm_head", &t->head, err);
+  else t->head = (struct lin){LIN_BF16, emb->shape[0], t->H, emb->data, NULL, 0}; /* tied */
+  if (!st && t->head.cols != t->H)
+    st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: the head has %lld columns, hidden size %lld", dir,
+                      (long long)t->head.cols, (long long)t->H);
+  t->V = t->head.rows;
+  if (!st) st = vec(t, -1, "norm.weight", t->H, &t->final_norm, err);
+  if (!st && !(t->layers = calloc((size_t)t->L, sizeof *t->layers))) st = mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
+  for (int64_t i = 0; i < t->L && !st; i++) {
+    struct tlayer *l = &t->layers[i];
+    l->kind = c->layer_types[i];
+    st = vec(t, i, "input_layernorm.weight", t->H, &l->in_norm, err);
+    if (!st) st = vec(t, i, "post_attention_layernorm.weight", t->H, &l->post_norm, err);
+    if (!st && l->kind == 'A') {
+      struct rt_attn *w = &l->attn;
+      w->Nq = t->Nq, w->Nkv = t->Nkv, w->D = t->D, w->rot = t->rot, w->theta = t->theta, w->eps = t->eps;
+      st = lin(t, i, "self_attn.q_proj", &w->q, err);
+      if (!st) st = lin(t, i, "self_attn.k_proj", &w->k, err);
+      if (!st) st = lin(t, i, "self_attn.v_proj", &w->v, err);
+      if (!st) st = lin(t, i, "self_attn.o_proj", &w->o, err);
+      if (!st) st = vec(t, i, "self_attn.q_norm.weight", t->D, (float **)&w->qn, err);
+      if (!st) st = vec(t, i, "self_attn.k_norm.weight", t->D, (float **)&w->kn, err);
+      if (!st && (w->q.rows != 2 * t->Nq * t->D || w->k.rows != t->Nkv * t->D || w->o.cols != t->Nq * t->D))
+        st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: layer %lld: q_proj has %lld rows (q and gate: %lld), "
+                          "k_proj %lld (%lld)", dir, (long long)i, (long long)w->q.rows,
+                          (long long)(2 * t->Nq * t->D), (long long)w->k.rows, (long long)(t->Nkv * t->D));
+    } else if (!st) {
+      st = load_gdn(t, i, l, err);
+    }
+    if (!st) st = load_mlp(t, i, l, err);
+  }
+  if (st) goto fail;
+  *out = t;
+  return MTPQ_OK;
+fail:
+  mtpq_target_close(t);
+  return st;
+}
+
+int64_t mtpq_target_hidden(const struct mtpq_target *t) { return t->H; }
+int64_t mtpq_target_vocab(const struct mtpq_target *t) { return t->V; }
+int mtpq_target_layers(const struct mtpq_target *t) { return (int)t->L; }
+char mtpq_target_layer_type(const struct mtpq_target *t, int layer) {
+  return layer >= 0 && layer < t->L ? t->layers[layer].kind : 0;
+}
+
+void mtpq_target_seq_close(struct mtpq_target_seq *s) {
+  if (!s) return;
+  for (int64_t i = 0; i < s->t->L; i++) {
+    if (s->kc) free(s->kc[i]), free(s->vc[i]);
+    if (s->conv) free(s->conv[i]), free(s->rec[i]);
+  }
+  free(s->kc), free(s->vc), free(s->conv), free(s->rec);
+  float *bufs[] = {s->h, s->a, s->y, s->m, s->qg, s->kk, s->vv, s->att, s->sc, s->pr, s->g1, s->u1, s->t1,
+                   s->proj, s->zz, s->bb, s->aa, s->mix, s->o};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  free(s);
+}
+
+enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, struct mtpq_target_seq **out,
+                                      struct mtpq_err *err) {
+  *out = NULL;
+  if (max_pos < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "a sequence of %lld positions", (long long)max_pos);
+  struct mtpq_target_seq *s = calloc(1, sizeof *s);
+  if (!s) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  s->t = t, s->max_pos = max_pos;
+  const int64_t KV = t->Nkv * t->D, E = t->cfg.num_experts > 0 ? t->cfg.num_experts : 1;
+  const int64_t vd = t->HV * t->dv, kd = t->HK * t->dk;
+  int ok = (s->kc = calloc((size_t)t->L, sizeof *s->kc)) && (s->vc = calloc((size_t)t->L, sizeof *s->vc)) &&
+           (s->conv = calloc((size_t)t->L, sizeof *s->conv)) && (s->rec = calloc((size_t)t->L, sizeof *s->rec));
+  for (int64_t i = 0; ok && i < t->L; i++) {
+    if (t->layers[i].kind == 'A')
+      ok = (s->kc[i] = malloc((size_t)(max_pos * KV) * 4)) && (s->vc[i] = malloc((size_t)(max_pos * KV) * 4));
+    else
+      ok = (s->conv[i] = calloc((size_t)(t->conv_dim * (t->Kc - 1)), 4)) &&
+           (s->rec[i] = calloc((size_t)(t->HV * t->dk * t->dv), 4));
+  }
+  const int64_t inter = t->inter > 0 ? t->inter : 1;
+  float **bufs[] = {&s->h, &s->a, &s->y, &s->m, &s->qg, &s->kk, &s->vv, &s->att, &s->sc, &s->pr, &s->g1, &s->u1,
+                    &s->t1, &s->proj, &s->zz, &s->bb, &s->aa, &s->mix, &s->o};
+  const int64_t sizes[] = {t->H, t->H, t->H, t->H, 2 * t->Nq * t->D, KV, KV, t->Nq * t->D, max_pos, E, inter, inter,
+                           t->H, 2 * kd + 2 * vd + 2 * t->HV, vd, t->HV, t->HV, t->conv_dim, vd};
+  for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
+    ok = (*bufs[i] = malloc((size_t)(sizes[i] > 0 ? sizes[i] : 1) * 4)) != NULL;
+  if (!ok) {
+    mtpq_target_seq_close(s);
+    return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory for a %lld-position target sequence", (long long)max_pos);
+  }
+  *out = s;
+  return MTPQ_OK;
+}
+
+int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s) { return s->len; }
+
+const float *mtpq_target_seq_gdn(const struct mtpq_target_seq *s, int layer, const float **rec, int64_t *conv_n,
+                                 int64_t *rec_n) {
+  const struct mtpq_target *t = s->t;
+  if (layer < 0 || layer >= t->L || t->layers[layer].kind != 'L') return NULL;
+  *rec = s->rec[layer];
+  *conv_n = t->conv_dim * (t->Kc - 1), *rec_n = t->HV * t->dk * t->dv;
+  return s->conv[layer];
+}
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* One token through a Gated DeltaNet layer (target-architecture.md 2): x is
+ * the normed input [H], out [H]. */
+static void gdn_step(const struct mtpq_target *t, const struct tlayer *l, struct mtpq_target_seq *s, int64_t li,
+                     const float *x, float *out) {
+  const int64_t HK = t->HK, HV = t->HV, dk = t->dk, dv = t->dv, r = HV / HK, kd = HK * dk, Kc = t->Kc;
+  float *mix = s->mix, *z = s->zz, *b = s->bb, *a = s->aa, *o = s->o, *p = s->proj;
+  if (l->qkvz.w) { /* Qwen3-Next: per key-head group j, [q_j | k_j | v (r heads) | z (r heads)], then [b (r) | a (r)] */
+    rt_lin_apply(&l->qkvz, x, p);
+    float *ba = p + 2 * kd + 2 * HV * dv;
+    rt_lin_apply(&l->ba, x, ba);
+    const int64_t g = 2 * dk + 2 * r * dv;
+    for (int64_t j = 0; j < HK; j++) {
+      const float *src = p + j * g;
+      memcpy(mix + j * dk, src, (size_t)dk * 4);
+      memcpy(mix + kd + j * dk, src + dk, (size_t)dk * 4);
+      memcpy(mix + 2 * kd + j * r * dv, src + 2 * dk, (size_t)(r * dv) * 4);
+      memcpy(z + j * r * dv, src + 2 * dk + r * dv, (size_t)(r * dv) * 4);
+      memcpy(b + j * r, ba + j * 2 * r, (size_t)r * 4);
+      memcpy(a + j * r, ba + j * 2 * r + r, (size_t)r * 4);
+    }
+  } else { /* Qwen3.5: [q | k | v] already in the conv's order; z, b, a apart */
+    rt_lin_apply(&l->qkv, x, mix);
+    rt_lin_apply(&l->z, x, z);
+    rt_lin_apply(&l->b, x, b);
+    rt_lin_apply(&l->a, x, a);
+  }
+  /* depthwise causal conv1d over the last K inputs of each channel, SiLU;
+   * the state keeps the last K - 1 inputs, oldest first */
+  float *cs = s->conv[li];
+  for (int64_t c = 0; c < t->conv_dim; c++) {
+    const float *w = l->conv_w + c * Kc;
+    float *h = cs + c * (Kc - 1), acc = 0.0f;
+    for (int64_t i = 0; i < Kc - 1; i++) acc += w[i] * h[i];
+    acc += w[Kc - 1] * mix[c];
+    memmove(h, h + 1, (size_t)(Kc - 2) * 4);
+    h[Kc - 2] = mix[c];
+    mix[c] = rt_silu(acc);
+  }
+  float *q = mix, *k = mix + kd, *v = mix + 2 * kd;
+  for (int64_t j = 0; j < HK; j++) { /* l2norm(q) * dk^-0.5, l2norm(k) */
+    float sq = 0.0f, sk = 0.0f;
+    for (int64_t i = 0; i < dk; i++) sq += q[j * dk + i] * q[j * dk + i], sk += k[j * dk + i] * k[j * dk + i];
+    const float rq = 1.0f / sqrtf(sq + 1e-6f) / sqrtf((float)dk), rk = 1.0f / sqrtf(sk + 1e-6f);
+    for (int64_t i = 0; i < dk; i++) q[j * dk + i] *= rq, k[j * dk + i] *= rk;
+  }
+  float *S = s->rec[li];
+  for (int64_t h = 0; h < HV; h++) {
+    const float beta = rt_sigm(b[h]), g = -expf(l->A_log[h]) * softplus(a[h] + l->dt_bias[h]), dec = expf(g);
+    const float *qh = q + (h / r) * dk, *kh = k + (h / r) * dk, *vh = v + h * dv;
+    float *Sh = S + h * dk * dv, *oh = o + h * dv;
+    for (int64_t i = 0; i < dk * dv; i++) Sh[i] *= dec;
+    for (int64_t j = 0; j < dv; j++) { /* u = S^T k; d = beta (v - u); S += k d^T */
+      float u = 0.0f;
+      for (int64_t i = 0; i < dk; i++) u += Sh[i * dv + j] * kh[i];
+      const float dj = beta * (vh[j] - u);
+      for (int64_t i = 0; i < dk; i++) Sh[i * dv + j] += kh[i] * dj;
+    }
+    for (int64_t j = 0; j < dv; j++) { /* o = S^T q */
+      float acc = 0.0f;
+      for (int64_t i = 0; i < dk; i++) acc += Sh[i * dv + j] * qh[i];
+      oh[j] = acc;
+    }
+    /* the gated norm: w (as stored) x rmsnorm(o) x silu(z) */
+    double ss = 0;
+    for (int64_t j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
+    const float rn = 1.0f / sqrtf((float)(ss / (double)dv) + t->eps);
+    for (int64_t j = 0; j < dv; j++) oh[j] = l->gnorm[j] * (oh[j] * rn) * rt_silu(z[h * dv + j]);
+  }
+  rt_lin_apply(&l->out, o, out);
+}
+
+enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, float *hidden, float *logits,
+                                  int32_t *argmax, struct mtpq_err *err) {
+  const struct mtpq_target *t = s->t;
+  const int64_t H = t->H, pos = s->len;
+  if (pos >= s->max_pos)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "position %lld past the sequence's %lld", (long long)pos,
+                        (long long)s->max_pos);
+  if (token < 0 || (int64_t)token >= t->head.rows)
+    return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the vocabulary (%lld)", token, (long long)t->V);
+  float *h = s->h, *a = s->a, *y = s->y, *m = s->m;
+  for (int64_t j = 0; j < H; j++) h[j] = rt_bf16f(t->embed + ((size_t)token * (size_t)H + (size_t)j) * 2);
+  const struct rt_attn_scratch as = {s->qg, s->kk, s->vv, s->att, s->sc};
+  const struct rt_mlp_scratch ms = {s->pr, s->g1, s->u1, s->t1};
+  for (int64_t i = 0; i < t->L; i++) {
+    const struct tlayer *l = &t->layers[i];
+    rt_zcnorm(h, l->in_norm, H, t->eps, a);
+    if (l->kind == 'A') rt_cpu_attention(&l->attn, a, pos, 0, NULL, NULL, s->kc[i], s->vc[i], &as, y);
+    else gdn_step(t, l, s, i, a, y);
+    for (int64_t j = 0; j < H; j++) h[j] += y[j];
+    rt_zcnorm(h, l->post_norm, H, t->eps, a);
+    rt_cpu_mlp(&l->mlp, a, H, h, &ms, m); /* + the residual */
+    memcpy(h, m, (size_t)H * 4);
+  }
+  s->len++;
+  rt_zcnorm(h, t->final_norm, H, t->eps, a);
+  if (hidden) memcpy(hidden, a, (size_t)H * 4);
+  if (logits || argmax) {
+    const int64_t r = rt_head_argmax(&t->head, a, logits);
+    if (argmax) *argmax = (int32_t)r;
+  }
+  return MTPQ_OK;
+}

@@ -1,0 +1,51 @@
+/* The target model in the runtime (../shared/docs/target-architecture.md):
+ * the Qwen3-Next / Qwen3.5 trunk by config.layer_types (Gated DeltaNet
+ * "linear_attention" layers and gated "full_attention" layers), MoE with a
+ * gated shared expert or a dense MLP, (1 + w) norms, the final norm and the
+ * LM head (tied or not). Weights are read as the checkpoint stores them,
+ * per tensor (BF16, FP8 per tensor, NVFP4), mapped from the safetensors
+ * files; per-expert or fused (BF16) experts; the Qwen3-Next layout
+ * (model., interleaved in_proj_qkvz / in_proj_ba) or Qwen3.5's
+ * (model.language_model. or model., separate in_proj_qkv / z / b / a).
+ *
+ * This is the CPU reference backend (float32, a token at a time): a
+ * sequence holds a float32 K/V cache per full-attention layer and, per GDN
+ * layer, the conv state (the last K - 1 inputs of every conv channel) and
+ * the fp32 recurrent state [HV][dk][dv].
+ */
+#ifndef MTPQ_KERNELS_TARGET_H
+#define MTPQ_KERNELS_TARGET_H
+
+#include <stdint.h>
+
+#include "io/status.h"
+
+struct mtpq_target;
+struct mtpq_target_seq;
+
+enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, struct mtpq_err *err);
+void mtpq_target_close(struct mtpq_target *t); /* NULL-safe */
+int64_t mtpq_target_hidden(const struct mtpq_target *t);
+int64_t mtpq_target_vocab(const struct mtpq_target *t); /* the head's rows */
+int mtpq_target_layers(const struct mtpq_target *t);
+/* 'A' full attention, 'L' linear attention (Gated DeltaNet) */
+char mtpq_target_layer_type(const struct mtpq_target *t, int layer);
+
+/* One sequence of up to max_pos tokens, empty. */
+enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, struct mtpq_target_seq **out,
+                                      struct mtpq_err *err);
+void mtpq_target_seq_close(struct mtpq_target_seq *s); /* NULL-safe */
+int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s);
+/* Run the next token of the sequence (at position seq_len; the state
+ * advances by one): the final-norm hidden state into hidden (float [H]) and
+ * the head's logits into logits (float [V]), each when not NULL; *argmax
+ * (when not NULL) the head's argmax, ties to the lower id. */
+enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, float *hidden, float *logits,
+                                  int32_t *argmax, struct mtpq_err *err);
+/* The GDN state of layer (a linear-attention layer) after the tokens so
+ * far: conv [conv_dim][K - 1] (oldest first) and rec [HV][dk][dv]; sizes in
+ * *conv_n and *rec_n. NULL for another layer. Borrowed. */
+const float *mtpq_target_seq_gdn(const struct mtpq_target_seq *s, int layer, const float **rec, int64_t *conv_n,
+                                 int64_t *rec_n);
+
+#endif
