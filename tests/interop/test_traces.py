@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""mtpq traces: the target model on the CPU reference backend.
+
+1. The tiny trained model (full attention + MoE) against its shipped traces,
+   which transformers made with BF16 weights AND BF16 activations: teacher-
+   forced hidden states within a few percent (what BF16 arithmetic allows;
+   a wrong layer, norm or head is off by far more), the first generated
+   token of every prompt equal, and bench-acceptance on mtpq's own traces.
+2. Small random hybrid models (Gated DeltaNet + gated full attention, dense
+   MLP) in both projection layouts (Qwen3-Next interleaved in_proj_qkvz /
+   in_proj_ba; Qwen3.5 separate in_proj_qkv / z / b / a, under
+   model.language_model.), against a float32 numpy implementation of
+   ../shared/docs/target-architecture.md written here: every position's
+   final-norm hidden state (mtpq writes them as BF16) and the greedy tokens.
+3. Refusals: a JSONL line without the field (and the hint for a chat file),
+   an existing --out, a prompt outside the vocabulary.
+
+Usage: test_traces.py MTPQ TESTDATA
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+MTPQ, TD = sys.argv[1], sys.argv[2]
+TINY = os.path.join(TD, "tiny-qwen3next")
+fails = []
+
+
+def check(ok, msg):
+    if not ok:
+        fails.append(msg)
+
+
+def run(*args):
+    return subprocess.run([MTPQ, *args], capture_output=True, text=True)
+
+
+tmp = tempfile.mkdtemp(prefix="mtpq-traces-")
+
+# ---- 1. the tiny trained model against its shipped (BF16) traces ----
+ref = load_file(os.path.join(TINY, "traces.safetensors"))
+names = sorted(k[:-7] for k in ref if k.endswith(".tokens"))
+tf = os.path.join(tmp, "tf.safetensors")
+p = run("traces", "--target", os.path.join(TINY, "model"), "--prompts", os.path.join(TINY, "traces.safetensors"),
+        "--prompt-len", "287", "-n", "1", "--out", tf)
+check(p.returncode == 0, f"teacher-forced traces: rc {p.returncode} {p.stderr}")
+if p.returncode == 0:
+    got = load_file(tf)
+    errs, pos0 = [], []
+    for n in names:
+        x = ref[n + ".hidden"].astype(np.float32)
+        y = got[n + ".hidden"].astype(np.float32)
+        check(np.array_equal(got[n + ".tokens"][:287], ref[n + ".tokens"][:287]), f"{n}: prompt tokens changed")
+        errs.append(np.linalg.norm(x - y) / np.linalg.norm(x))
+        pos0.append(np.linalg.norm(x[0] - y[0]) / np.linalg.norm(x[0]))
+    print(f"tiny model, teacher-forced, against the BF16 traces: hidden rel. error median {np.median(errs):.4f} "
+          f"max {max(errs):.4f}, at position 0 max {max(pos0):.4f}")
+    check(max(errs) < 0.05 and max(pos0) < 0.02, f"teacher-forced hidden error {max(errs):.4f} / {max(pos0):.4f}")
+gen = os.path.join(tmp, "gen.safetensors")
+p = run("traces", "--target", os.path.join(TINY, "model"), "--prompts", os.path.join(TINY, "traces.safetensors"),
+        "-n", "96", "--out", gen, "--json")
+check(p.returncode == 0, f"greedy traces: rc {p.returncode} {p.stderr}")
+if p.returncode == 0:
+    s = json.loads(p.stdout)
+    check(s["traces"] == 24 and s["tokens"] == 24 * 288, f"summary {s}")
+    got = load_file(gen)
+    first = sum(int(got[n + ".tokens"][192] == ref[n + ".tokens"][192]) for n in names)
+    whole = sum(int(np.array_equal(got[n + ".tokens"], ref[n + ".tokens"])) for n in names)
+    div = [int(np.nonzero(got[n + ".tokens"] != ref[n + ".tokens"])[0][0]) for n in names
+           if not np.array_equal(got[n + ".tokens"], ref[n + ".tokens"])]
+    print(f"tiny model, greedy 96 tokens: first token equal in {first}/24 traces, whole traces equal {whole}/24, "
+          f"the others part at positions {sorted(div)} (near-ties under BF16 vs float32 arithmetic)")
+    check(first >= 23 and whole >= 8, f"greedy: first {first}, whole {whole}")
+    check(got[names[0] + ".hidden"].dtype == ml_dtypes.bfloat16, "hidden states not BF16")
+    p = run("bench-acceptance", "--backend", "cpu", "--target", os.path.join(TINY, "model"), "--traces", gen, "--json")
+    check(p.returncode == 0, f"bench-acceptance on mtpq's traces: {p.stderr}")
+    if p.returncode == 0:
+        mal = json.loads(p.stdout)["drafters"][0]["all"]["mean_acceptance_length"]
+        print(f"bench-acceptance (stock drafter) on mtpq's own traces: MAL {mal:.4f}")
+        check(2.0 < mal < 3.5, f"MAL {mal} on mtpq's traces")
+
+# ---- 2. random hybrid models against a numpy implementation of the doc ----
+bf = ml_dtypes.bfloat16
+
+
+def rms1(x, w, eps):  # (1 + w) RMSNorm
+    return x / np.sqrt(np.mean(x.astype(np.float64) ** 2) + eps).astype(np.float32) * (1.0 + w)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def make_model(d, layout, seed):
+    rng = np.random.default_rng(seed)
+    H, V, I = 48, 300, 64
+    Nq, Nkv, D = 4, 2, 16
+    HK, HV, dk, dv, K = 2, 4, 8, 12, 4
+    kd, vd = HK * dk, HV * dv
+    pre = "model.language_model." if layout == "qwen3_5" else "model."
+    W = {}
+
+    def w(name, *shape, s=0.15):
+        W[name] = (rng.standard_normal(shape) * s).astype(np.float32).astype(bf)
+
+    w(pre + "embed_tokens.weight", V, H, s=0.5)
+    w(pre + "norm.weight", H, s=0.1)
+    types = ["linear_attention", "full_attention", "linear_attention"]
+    for i, t in enumerate(types):
+        L = f"{pre}layers.{i}."
+        w(L + "input_layernorm.weight", H, s=0.1)
+        w(L + "post_attention_layernorm.weight", H, s=0.1)
+        if t == "full_attention":
+            w(L + "self_attn.q_proj.weight", 2 * Nq * D, H)
+            w(L + "self_attn.k_proj.weight", Nkv * D, H)
+            w(L + "self_attn.v_proj.weight", Nkv * D, H)
+            w(L + "self_attn.o_proj.weight", H, Nq * D)
+            w(L + "self_attn.q_norm.weight", D, s=0.1)
+            w(L + "self_attn.k_norm.weight", D, s=0.1)
+        else:
+            A = L + "linear_attn."
+            if layout == "qwen3_next":
+                w(A + "in_proj_qkvz.weight", 2 * kd + 2 * vd, H)
+                w(A + "in_proj_ba.weight", 2 * HV, H)
+            else:
+                w(A + "in_proj_qkv.weight", 2 * kd + vd, H)
+                w(A + "in_proj_z.weight", vd, H)
+                w(A + "in_proj_b.weight", HV, H)
+                w(A + "in_proj_a.weight", HV, H)
+            w(A + "conv1d.weight", 2 * kd + vd, 1, K, s=0.4)
+            W[A + "dt_bias"] = (rng.standard_normal(HV) * 0.5).astype(np.float32)  # F32, as checkpoints keep it
+            W[A + "A_log"] = np.log(rng.uniform(1, 8, HV)).astype(np.float32)
+            W[A + "norm.weight"] = (1.0 + rng.standard_normal(dv) * 0.1).astype(np.float32).astype(bf)
+            w(A + "out_proj.weight", H, vd)
+        w(L + "mlp.gate_proj.weight", I, H)
+        w(L + "mlp.up_proj.weight", I, H)
+        w(L + "mlp.down_proj.weight", H, I)
+    os.makedirs(d, exist_ok=True)
+    save_file(W, os.path.join(d, "model.safetensors"))
+    cfg = {"architectures": ["Qwen3NextForCausalLM" if layout == "qwen3_next" else "Qwen3_5ForCausalLM"],
+           "model_type": "qwen3_next" if layout == "qwen3_next" else "qwen3_5_text",
+           "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": len(types),
+           "num_attention_heads": Nq, "num_key_value_heads": Nkv, "head_dim": D, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "tie_word_embeddings": True,
+           "linear_num_key_heads": HK, "linear_num_value_heads": HV, "linear_key_head_dim": dk,
+           "linear_value_head_dim": dv, "linear_conv_kernel_dim": K, "layer_types": types}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    Wf = {k: v.astype(np.float32) for k, v in W.items()}
+    return cfg, Wf, pre
+
+
+def ref_forward(cfg, W, pre, ids):
+    """float32 numpy forward of every position (target-architecture.md): hidden [T, H]"""
+    H, eps = cfg["hidden_size"], 1e-6
+    Nq, Nkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    HK, HV, dk, dv, K = (cfg[k] for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                          "linear_value_head_dim", "linear_conv_kernel_dim"))
+    rot = int(D * cfg["partial_rotary_factor"])
+    r, kd, vd = HV // HK, HK * dk, HV * dv
+    T = len(ids)
+    h = W[pre + "embed_tokens.weight"][ids].copy()
+    for i, t in enumerate(cfg["layer_types"]):
+        L = f"{pre}layers.{i}."
+        x = np.stack([rms1(h[p], W[L + "input_layernorm.weight"], eps) for p in range(T)])
+        if t == "full_attention":
+            q = x @ W[L + "self_attn.q_proj.weight"].T
+            k = x @ W[L + "self_attn.k_proj.weight"].T
+            v = x @ W[L + "self_attn.v_proj.weight"].T
+            q = q.reshape(T, Nq, 2 * D)
+            q, gate = q[:, :, :D].copy(), q[:, :, D:]
+            k = k.reshape(T, Nkv, D).copy()
+            v = v.reshape(T, Nkv, D)
+            for p in range(T):
+                for hh in range(Nq):
+                    q[p, hh] = rms1(q[p, hh], W[L + "self_attn.q_norm.weight"], eps)
+                for hh in range(Nkv):
+                    k[p, hh] = rms1(k[p, hh], W[L + "self_attn.k_norm.weight"], eps)
+            inv = 10000.0 ** (-2.0 * np.arange(rot // 2) / rot)
+            for p in range(T):
+                c, s = np.cos(p * inv).astype(np.float32), np.sin(p * inv).astype(np.float32)
+                for arr in (q[p], k[p]):
+                    a, b = arr[:, :rot // 2].copy(), arr[:, rot // 2:rot].copy()
+                    arr[:, :rot // 2], arr[:, rot // 2:rot] = a * c - b * s, b * c + a * s
+            o = np.zeros((T, Nq, D), np.float32)
+            for p in range(T):
+                for hh in range(Nq):
+                    g = hh // (Nq // Nkv)
+                    sc = (k[:p + 1, g] @ q[p, hh]) / np.sqrt(D)
+                    e = np.exp(sc - sc.max())
+                    o[p, hh] = (e / e.sum()) @ v[:p + 1, g]
+            o = o * (1.0 / (1.0 + np.exp(-gate)))
+            y = o.reshape(T, Nq * D) @ W[L + "self_attn.o_proj.weight"].T
+        else:
+            A = L + "linear_attn."
+            if (A + "in_proj_qkvz.weight") in W:
+                pz = x @ W[A + "in_proj_qkvz.weight"].T
+                ba = x @ W[A + "in_proj_ba.weight"].T
+                grp = pz.reshape(T, HK, 2 * dk + 2 * r * dv)
+                q = grp[:, :, :dk].reshape(T, kd)
+                kk = grp[:, :, dk:2 * dk].reshape(T, kd)
+                v = grp[:, :, 2 * dk:2 * dk + r * dv].reshape(T, vd)
+                z = grp[:, :, 2 * dk + r * dv:].reshape(T, vd)
+                bag = ba.reshape(T, HK, 2 * r)
+                b, a = bag[:, :, :r].reshape(T, HV), bag[:, :, r:].reshape(T, HV)
+                mix = np.concatenate([q, kk, v], 1)
+            else:
+                mix = x @ W[A + "in_proj_qkv.weight"].T
+                z = x @ W[A + "in_proj_z.weight"].T
+                b = x @ W[A + "in_proj_b.weight"].T
+                a = x @ W[A + "in_proj_a.weight"].T
+            cw = W[A + "conv1d.weight"][:, 0, :]
+            pad = np.concatenate([np.zeros((K - 1, mix.shape[1]), np.float32), mix], 0)
+            conv = np.stack([silu((cw * pad[p:p + K].T).sum(1)) for p in range(T)])
+            q, kk, v = conv[:, :kd].reshape(T, HK, dk), conv[:, kd:2 * kd].reshape(T, HK, dk), conv[:, 2 * kd:]
+            q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / np.sqrt(dk)
+            kk = kk / np.sqrt((kk * kk).sum(-1, keepdims=True) + 1e-6)
+            beta = 1.0 / (1.0 + np.exp(-b))
+            g = -np.exp(W[A + "A_log"]) * np.log1p(np.exp(a + W[A + "dt_bias"]))
+            S = np.zeros((HV, dk, dv), np.float32)
+            o = np.zeros((T, HV, dv), np.float32)
+            v = v.reshape(T, HV, dv)
+            for p in range(T):
+                for hv in range(HV):
+                    kh, qh = kk[p, hv // r], q[p, hv // r]
+                    S[hv] *= np.exp(g[p, hv])
+                    u = S[hv].T @ kh
+                    S[hv] += np.outer(kh, beta[p, hv] * (v[p, hv] - u))
+                    o[p, hv] = S[hv].T @ qh
+            on = o / np.sqrt((o * o).mean(-1, keepdims=True) + eps)
+            o = W[A + "norm.weight"] * on * silu(z.reshape(T, HV, dv))
+            y = o.reshape(T, vd) @ W[A + "out_proj.weight"].T
+        h = h + y
+        x = np.stack([rms1(h[p], W[L + "post_attention_layernorm.weight"], eps) for p in range(T)])
+        m = (silu(x @ W[L + "mlp.gate_proj.weight"].T) * (x @ W[L + "mlp.up_proj.weight"].T)) @ \
+            W[L + "mlp.down_proj.weight"].T
+        h = h + m
+    return np.stack([rms1(h[p], W[pre + "norm.weight"], eps) for p in range(T)])
+
+
+for layout, seed in (("qwen3_next", 5), ("qwen3_5", 6)):
+    d = os.path.join(tmp, layout)
+    cfg, W, pre = make_model(d, layout, seed)
+    prompt = list(np.random.default_rng(seed + 10).integers(0, cfg["vocab_size"], 12))
+    pf = os.path.join(tmp, f"{layout}-prompt.safetensors")
+    n = len(prompt) + 8
+    save_file({"syn.0.tokens": np.array(prompt + [0] * 8, np.int32),
+               "syn.0.hidden": np.zeros((n, cfg["hidden_size"]), bf)}, pf, metadata={"prompt_len": str(len(prompt))})
+    out = os.path.join(tmp, f"{layout}-out.safetensors")
+    p = run("traces", "--target", d, "--prompts", pf, "-n", "8", "--out", out)
+    check(p.returncode == 0, f"{layout}: rc {p.returncode} {p.stderr}")
+    if p.returncode != 0:
+        continue
+    got = load_file(out)
+    ids = got["syn.0.tokens"]
+    hid = ref_forward(cfg, W, pre, ids)
+    mh = got["syn.0.hidden"].astype(np.float32)
+    err = np.linalg.norm(mh - hid) / np.linalg.norm(hid)
+    logits = hid @ W[pre + "embed_tokens.weight"].T  # tied head
+    agree, close = 0, 0
+    for t in range(len(prompt) - 1, n - 1):
+        top = np.sort(logits[t])[-2:]
+        if logits[t].argmax() == ids[t + 1]:
+            agree += 1
+        elif top[1] - top[0] < 1e-3 * abs(top[1]):
+            close += 1  # a near-tie: either argmax is right in float32
+    print(f"{layout} (GDN + full attention, {'interleaved' if layout == 'qwen3_next' else 'separate'} "
+          f"projections): hidden rel. error vs numpy {err:.2e} (mtpq writes BF16), greedy tokens {agree}/8 equal"
+          f"{f', {close} near-ties' if close else ''}")
+    check(err < 6e-3, f"{layout}: hidden error {err:.3e}")
+    check(agree + close == 8, f"{layout}: greedy tokens {agree}/8")
+
+# ---- 3. refusals ----
+TM = os.path.join(TINY, "model")
+jl = os.path.join(tmp, "chat.jsonl")
+open(jl, "w").write(json.dumps({"messages": [{"role": "user", "content": "def f():"}]}) + "\n")
+p = run("traces", "--target", TM, "--prompts", jl, "--out", os.path.join(tmp, "x.safetensors"))
+check(p.returncode == 4 and "chat.jsonl:1" in p.stderr and "--chat" in p.stderr, f"chat without --chat: {p.stderr}")
+p = run("traces", "--target", TM, "--prompts", jl, "--chat", "-n", "2", "--out", os.path.join(tmp, "c.safetensors"))
+check(p.returncode == 0, f"--chat: {p.stderr}")
+if p.returncode == 0:
+    c = load_file(os.path.join(tmp, "c.safetensors"))
+    check(c["chat.0.tokens"][0] == 151644, f"ChatML starts with <|im_start|> (151644): {c['chat.0.tokens'][:4]}")
+p = run("traces", "--target", TM, "--prompts", jl, "--chat", "--out", os.path.join(tmp, "c.safetensors"))
+check(p.returncode == 10 and not p.stdout, f"existing --out: rc {p.returncode}")
+bad = os.path.join(tmp, "bad.safetensors")
+save_file({"b.0.tokens": np.array([1, 200000, 3], np.int32), "b.0.hidden": np.zeros((3, 128), bf)}, bad,
+          metadata={"prompt_len": "3"})
+p = run("traces", "--target", TM, "--prompts", bad, "--out", os.path.join(tmp, "y.safetensors"))
+check(p.returncode == 4 and "outside the target's vocabulary" in p.stderr and
+      not os.path.exists(os.path.join(tmp, "y.safetensors")), f"foreign ids: rc {p.returncode} {p.stderr}")
+
+subprocess.run(["rm", "-rf", tmp])
+if fails:
+    for m in fails:
+        print("FAIL:", m)
+    sys.exit(1)
+print("traces: all checks passed")
