@@ -361,7 +361,7 @@ int main(void) {
   tcase_add_test(tc, test_cuda_settings);
   tcase_add_test(tc, test_traces);
   tcase_add_test(tc, test_replay_traces);
-  tcase_set_timeout(tc, 120);
+  tcase_set_timeout(tc, 300); /* (about 70 s under ASan + UBSan) */
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
