@@ -4,18 +4,26 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "kernels/replay.h"
 #include "kernels/runtime.h"
+#include "kernels/record.h"
+#include "kernels/target.h"
 #include "kernels/traces.h"
+#include "vocab/tokenizer.h"
 
 const struct cli_opt bench_accept_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
     {"drafter", 0, OPT_STR, OPT_MULTI, "DIR", "an mtpq drafter repo to compare with stock (repeatable)"},
-    {"traces", 0, OPT_STR, 0, "FILE", "traces safetensors (required)"},
+    {"traces", 0, OPT_STR, 0, "FILE", "traces safetensors (or --prompts)"},
+    {"prompts", 0, OPT_STR, OPT_MULTI, "FILE", "without --traces: record the traces first with the target "
+                                              "(as mtpq traces does; repeatable)"},
+    {"new-tokens", 'n', OPT_UINT, 0, "N", "with --prompts: tokens generated after each prompt (default 96)"},
     {"k", 'k', OPT_UINT, 0, "N", "draft tokens per round (default: the traces' k, else 3)"},
-    {"prompt-len", 0, OPT_UINT, 0, "N", "prompt tokens per trace (default: metadata prompt_len, else 192)"},
+    {"prompt-len", 0, OPT_UINT, 0, "N", "prompt tokens of every trace (default: each trace's metadata "
+                                        "prompt_len.NAME, else the file's prompt_len, else 192)"},
     {"draft-window", 0, OPT_UINT, 0, "N", "sliding window of the draft attention (0 = full)"},
     {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
@@ -83,13 +91,57 @@ static int write_svg(const char *path, const struct result *r, int nr, int k) {
   return fclose(f);
 }
 
+/* --prompts: the traces recorded by the target on the CPU reference backend
+ * (kernels/record.h), text prompts tokenized with the target's tokenizer */
+static int record_traces(const char *target, const char *const *files, int nf, int64_t n_new, int k, const char *out) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  struct mtpq_tokenizer *tok = NULL;
+  struct mtpq_prompts p = {0};
+  enum mtpq_status st = mtpq_target_open(target, &t, &err);
+  for (int i = 0; i < nf && !st; i++) {
+    size_t fl = strlen(files[i]);
+    if (!tok && !(fl > 12 && !strcmp(files[i] + fl - 12, ".safetensors"))) {
+      char tp[4096];
+      snprintf(tp, sizeof tp, "%s/tokenizer.json", target);
+      st = mtpq_tokenizer_load(tp, &tok, &err);
+    }
+    if (!st) st = mtpq_prompts_read(files[i], tok, "text", 0, 0, &p, &err);
+  }
+  if (!st) st = mtpq_traces_record(t, &p, n_new, k, out, NULL, NULL, &err);
+  mtpq_prompts_free(&p);
+  mtpq_tokenizer_free(tok);
+  mtpq_target_close(t);
+  return st ? cli_fail(st, &err) : 0;
+}
+
 int cmd_bench_accept(int argc, char **argv) {
   struct cli_args a;
   int help;
   const char *cmd = "bench-acceptance";
   if (cli_parse(cmd, bench_accept_opts, argc, argv, &a, &help)) return MTPQ_EXIT_USAGE;
   const char *target = cli_str(bench_accept_opts, &a, "target"), *traces = cli_str(bench_accept_opts, &a, "traces");
-  if (!target || !traces || a.npos) return cli_usage_error(cmd, "--target and --traces are required");
+  const int ipr = cli_opt_index(bench_accept_opts, "prompts");
+  if (!target || (!traces) == (!a.set[ipr]) || a.npos)
+    return cli_usage_error(cmd, "--target and one of --traces or --prompts are required");
+  char made[64] = "";
+  if (!traces) { /* record them first, into a temporary file removed at the end */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(made, sizeof made, "%s/mtpq-traces-XXXXXX", tmp && strlen(tmp) < 30 ? tmp : "/tmp");
+    int fd = mkstemp(made);
+    if (fd < 0) {
+      cli_error("cannot create a temporary traces file %s", made);
+      return MTPQ_EXIT_IO;
+    }
+    close(fd);
+    int rrc = record_traces(target, a.multi[ipr], a.set[ipr], (int64_t)cli_uint(bench_accept_opts, &a, "new-tokens", 96),
+                            (int)cli_uint(bench_accept_opts, &a, "k", 3), made);
+    if (rrc) {
+      unlink(made);
+      return rrc;
+    }
+    traces = made;
+  }
   int idr = cli_opt_index(bench_accept_opts, "drafter");
   if (a.set[idr] + 1 > MAX_DRAFTERS) return cli_usage_error(cmd, "at most %d drafters", MAX_DRAFTERS - 1);
   struct mtpq_err err = {0};
@@ -97,22 +149,28 @@ int cmd_bench_accept(int argc, char **argv) {
   enum mtpq_status st = mtpq_traces_open(traces, &tf, &err);
   int64_t kd = 3, P = 192;
   if (!st) st = mtpq_traces_meta_int(tf, "k", 1, MTPQ_MAX_K, 3, &kd, &err);
-  if (!st) st = mtpq_traces_meta_int(tf, "prompt_len", 1, INT64_MAX, 192, &P, &err);
+  if (!st) st = mtpq_traces_meta_int(tf, "prompt_len", 1, INT64_MAX, 0, &P, &err);
   if (st) {
     mtpq_traces_close(tf);
+    if (made[0]) unlink(made);
     return cli_fail(st, &err);
   }
   int k = (int)cli_uint(bench_accept_opts, &a, "k", (unsigned long long)kd);
   P = (int64_t)cli_uint(bench_accept_opts, &a, "prompt-len", (unsigned long long)P);
+  int per_trace = 0; /* P 0: each trace's own prompt_len.NAME (mtpq traces' prompts of different lengths) */
+  for (size_t i = 0; P == 0 && i < mtpq_traces_count(tf); i++) per_trace |= mtpq_traces_at(tf, i)->prompt_len > 0;
+  if (P == 0 && !per_trace) P = 192;
   int window = (int)cli_uint(bench_accept_opts, &a, "draft-window", 0);
   if (k < 1 || k > MTPQ_MAX_K) {
     mtpq_traces_close(tf);
+    if (made[0]) unlink(made);
     return cli_usage_error(cmd, "-k must be 1..%d", MTPQ_MAX_K);
   }
   enum mtpq_backend be;
   int brc = cli_backend(cmd, cli_str(bench_accept_opts, &a, "backend"), &be);
   if (brc) {
     mtpq_traces_close(tf);
+    if (made[0]) unlink(made);
     return brc;
   }
   if (be == MTPQ_BACKEND_CUDA && cli_verbosity >= 2) {
@@ -132,6 +190,7 @@ int cmd_bench_accept(int argc, char **argv) {
     mtpq_rt_model_close(dr);
   }
   mtpq_traces_close(tf);
+  if (made[0]) unlink(made);
   if (rc) return rc;
   const char *plot = cli_str(bench_accept_opts, &a, "plot");
   if (plot && write_svg(plot, res, nr, k) != 0) {
@@ -141,7 +200,8 @@ int cmd_bench_accept(int argc, char **argv) {
   if (cli_has(bench_accept_opts, &a, "json")) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "k", k);
-    cJSON_AddNumberToObject(o, "prompt_len", (double)P);
+    if (P) cJSON_AddNumberToObject(o, "prompt_len", (double)P);
+    else cJSON_AddStringToObject(o, "prompt_len", "per trace");
     cJSON_AddStringToObject(o, "traces", traces);
     cJSON_AddStringToObject(o, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
     cJSON *arr = cJSON_AddArrayToObject(o, "drafters");
@@ -161,7 +221,10 @@ int cmd_bench_accept(int argc, char **argv) {
     cJSON_Delete(o);
     return 0;
   }
-  printf("bench-acceptance: k = %d, prompt %lld tokens, %s backend, greedy replay of %s\n", k, (long long)P,
+  char plen[48];
+  if (P) snprintf(plen, sizeof plen, "prompt %lld tokens", (long long)P);
+  else snprintf(plen, sizeof plen, "each trace's own prompt length");
+  printf("bench-acceptance: k = %d, %s, %s backend, greedy replay of %s\n", k, plen,
          be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", traces);
   printf("%-16s %-34s %7s %7s", "domain", "drafter", "drafts", "MAL");
   for (int i = 0; i < k; i++) printf("  cond%-3d", i + 1);

@@ -221,6 +221,11 @@ enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mt
   if (!st) st = mtpq_stw_metadata(w, "k", buf, err);
   snprintf(buf, sizeof buf, "%lld", (long long)p->v[0].n);
   if (!st && same) st = mtpq_stw_metadata(w, "prompt_len", buf, err);
+  for (size_t i = 0; !st && i < p->n; i++) { /* each trace's own, for prompts of different lengths */
+    snprintf(nm, sizeof nm, "prompt_len.%s", p->v[i].name);
+    snprintf(buf, sizeof buf, "%lld", (long long)p->v[i].n);
+    st = mtpq_stw_metadata(w, nm, buf, err);
+  }
   if (!st) st = mtpq_stw_metadata(w, "hidden", "target last_hidden_state (after the final norm), bf16", err);
   if (!st) st = mtpq_stw_metadata(w, "made_by", "mtpq traces " MTPQ_VERSION ", CPU reference backend, greedy", err);
   if (!st) st = mtpq_stw_begin(w, err);

@@ -49,8 +49,11 @@ enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend b
   memset(r, 0, sizeof *r);
   r->all.k = k;
   enum mtpq_status st = mtpq_traces_check(t, mtpq_rt_model_hidden(m), mtpq_rt_model_vocab(m), err);
+  int64_t Pf = 192;
+  if (!st && P <= 0) st = mtpq_traces_meta_int(t, "prompt_len", 1, INT64_MAX, 192, &Pf, err);
   for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
     const struct mtpq_trace *x = mtpq_traces_at(t, i);
+    const int64_t Pi = P > 0 ? P : x->prompt_len > 0 ? x->prompt_len : Pf;
     int di = 0;
     while (di < r->ndom && strcmp(r->dom[di], x->domain) != 0) di++;
     if (di == r->ndom) {
@@ -67,7 +70,10 @@ enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend b
     struct mtpq_session *s = NULL;
     struct mtpq_accept_stats one = {0};
     st = mtpq_session_open(m, be, x->n, window, &s, err);
-    if (!st) st = mtpq_replay_trace(s, xc, x->hidden_bf16, x->n, P, k, &one, err);
+    if (!st) st = mtpq_replay_trace(s, xc, x->hidden_bf16, x->n, Pi, k, &one, err);
+    if (st == MTPQ_E_INVAL && Pi >= x->n)
+      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: %s has %lld tokens, no continuation after a %lld-token prompt",
+                        mtpq_traces_path(t), x->name, (long long)x->n, (long long)Pi);
     if (!st) mtpq_accept_add(&r->st[di], &one), mtpq_accept_add(&r->all, &one);
     mtpq_session_close(s);
     free(xc);

@@ -74,7 +74,9 @@ struct mtpq_accept_report {
   struct mtpq_accept_stats all;
 };
 /* Checks the traces against the model first (mtpq_traces_check); a file
- * with more than MTPQ_MAX_DOMAINS domains is refused. */
+ * with more than MTPQ_MAX_DOMAINS domains is refused. prompt_len > 0: every
+ * trace's prompt length; 0: each trace's own (metadata prompt_len.NAME),
+ * else the file's prompt_len, else 192. */
 enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
                                     int64_t prompt_len, int k, int window, struct mtpq_accept_report *r,
                                     struct mtpq_err *err);

@@ -66,6 +66,19 @@ enum mtpq_status mtpq_traces_open(const char *path, struct mtpq_traces **out, st
     x->name = np, np += stem + 1;
     snprintf(x->domain, sizeof x->domain, "%.*s", (int)strcspn(x->name, "."), x->name);
     x->tokens = tt->data, x->hidden_bf16 = hh->data, x->n = tt->shape[0], x->hidden = hh->shape[1];
+    char key[600];
+    snprintf(key, sizeof key, "prompt_len.%s", x->name);
+    const char *pl = mtpq_st_metadata_get(t->f, key);
+    if (pl) {
+      char *end = NULL;
+      long long v = strtoll(pl, &end, 10);
+      if (end == pl || *end || v < 1 || v >= x->n) {
+        st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: metadata %s = \"%s\" is not a length in 1..%lld", path, key, pl,
+                          (long long)(x->n - 1));
+        break;
+      }
+      x->prompt_len = v;
+    }
   }
   if (st) {
     mtpq_traces_close(t);

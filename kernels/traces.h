@@ -4,7 +4,8 @@
  * then the target's greedy continuation) and "NAME.hidden" (BF16 [N, H]: the
  * target's final-norm hidden state at each position). The trace's domain is
  * NAME up to its first '.' ("code_heldout.3" -> "code_heldout"). Metadata
- * "k" and "prompt_len", when present, are the defaults of a replay.
+ * "k" and "prompt_len", when present, are the defaults of a replay;
+ * "prompt_len.NAME" (mtpq traces writes one a trace) is that trace's own.
  * mtpq_traces_open refuses a file with no trace, a tokens tensor without
  * its hidden states, wrong dtypes or ranks, rows that disagree, and traces
  * of different hidden sizes, naming the file and the tensor.
@@ -25,6 +26,7 @@ struct mtpq_trace {
   const int32_t *tokens;              /* [n], mapped from the file */
   const void *hidden_bf16;            /* [n, hidden], mapped from the file */
   int64_t n, hidden;
+  int64_t prompt_len; /* metadata prompt_len.NAME, or 0 */
 };
 
 struct mtpq_traces;

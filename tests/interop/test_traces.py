@@ -275,6 +275,25 @@ for layout, seed in (("qwen3_next", 5), ("qwen3_5", 6)):
     check(err < 6e-3, f"{layout}: hidden error {err:.3e}")
     check(agree + close == 8, f"{layout}: greedy tokens {agree}/8")
 
+# ---- bench-acceptance --prompts records the traces itself: the same numbers as mtpq traces + --traces ----
+TMD = os.path.join(TINY, "model")
+pj = os.path.join(tmp, "code.jsonl")
+with open(pj, "w") as f:
+    f.write(json.dumps({"text": "import os\nimport sys\n\ndef main(argv):\n    "}) + "\n")
+    f.write(json.dumps({"text": "class Config:\n    def __init__(self, path):\n        self."}) + "\n")
+tr = os.path.join(tmp, "code-traces.safetensors")
+p1 = run("traces", "--target", TMD, "--prompts", pj, "-n", "24", "--out", tr)
+p2 = run("bench-acceptance", "--backend", "cpu", "--target", TMD, "--traces", tr, "--json")
+p3 = run("bench-acceptance", "--backend", "cpu", "--target", TMD, "--prompts", pj, "-n", "24", "--json")
+check(p1.returncode == 0 and p2.returncode == 0 and p3.returncode == 0,
+      f"--prompts: rc {p1.returncode} {p2.returncode} {p3.returncode} {p1.stderr} {p2.stderr} {p3.stderr}")
+if p2.returncode == 0 and p3.returncode == 0:
+    a2, a3 = json.loads(p2.stdout)["drafters"][0], json.loads(p3.stdout)["drafters"][0]
+    strip = lambda d: {k: v for k, v in d["all"].items() if not k.endswith("_us") and k != "draft_tokens_per_s"}
+    check(strip(a2) == strip(a3) and list(a3["domains"]) == ["code"], f"--prompts vs --traces: {a2} {a3}")
+    print(f"bench-acceptance --prompts (2 JSONL prompts, 24 tokens each): MAL {a3['all']['mean_acceptance_length']:.4f}"
+          f", the same as mtpq traces + --traces")
+
 # ---- 3. refusals ----
 TM = os.path.join(TINY, "model")
 jl = os.path.join(tmp, "chat.jsonl")
