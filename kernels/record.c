@@ -239,7 +239,7 @@ enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mt
     struct mtpq_target_seq *s = NULL;
     int32_t *ids = malloc((size_t)N * sizeof *ids);
     if (!ids) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-    if (!st) st = mtpq_target_seq_open(t, N, &s, err);
+    if (!st) st = mtpq_target_seq_open(t, N, 1, &s, err);
     if (!st) memcpy(ids, x->ids, (size_t)x->n * sizeof *ids);
     snprintf(nm, sizeof nm, "%s.hidden", x->name);
     for (int64_t pos = 0; !st && pos < N; pos++) {

@@ -40,7 +40,15 @@ struct mtpq_target {
 struct mtpq_target_seq {
   const struct mtpq_target *t;
   int64_t max_pos, len;
-  float **kc, **vc, **conv, **rec; /* per layer, NULL where the layer has none */
+  float **kc, **vc; /* per layer, NULL where the layer has none */
+  /* GDN state, per layer: nbuf buffers (conv [conv_dim][K - 1], rec
+   * [HV][dk][dv]); the state now is buffer cur, and a verify of T tokens
+   * writes token t's state into buffer (cur + 1 + t) % nbuf, so that
+   * accepting t selects that buffer instead of copying or re-running */
+  float ***conv, ***rec;
+  int nbuf, cur;
+  int64_t vbase; /* a pending verify: the length before it, its tokens, the buffer before it */
+  int vcount, vcur;
   float *h, *a, *y, *m, *qg, *kk, *vv, *att, *sc, *pr, *g1, *u1, *t1, *proj, *zz, *bb, *aa, *mix, *o;
 };
 
@@ -266,7 +274,12 @@ void mtpq_target_seq_close(struct mtpq_target_seq *s) {
   if (!s) return;
   for (int64_t i = 0; i < s->t->L; i++) {
     if (s->kc) free(s->kc[i]), free(s->vc[i]);
-    if (s->conv) free(s->conv[i]), free(s->rec[i]);
+    for (int b = 0; b < s->nbuf; b++) {
+      if (s->conv && s->conv[i]) free(s->conv[i][b]);
+      if (s->rec && s->rec[i]) free(s->rec[i][b]);
+    }
+    if (s->conv) free(s->conv[i]);
+    if (s->rec) free(s->rec[i]);
   }
   free(s->kc), free(s->vc), free(s->conv), free(s->rec);
   float *bufs[] = {s->h, s->a, s->y, s->m, s->qg, s->kk, s->vv, s->att, s->sc, s->pr, s->g1, s->u1, s->t1,
@@ -275,13 +288,15 @@ void mtpq_target_seq_close(struct mtpq_target_seq *s) {
   free(s);
 }
 
-enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, struct mtpq_target_seq **out,
-                                      struct mtpq_err *err) {
+enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, int max_verify,
+                                      struct mtpq_target_seq **out, struct mtpq_err *err) {
   *out = NULL;
   if (max_pos < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "a sequence of %lld positions", (long long)max_pos);
+  if (max_verify < 1 || max_verify > MTPQ_TARGET_MAX_VERIFY)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "verify of %d tokens: 1..%d", max_verify, MTPQ_TARGET_MAX_VERIFY);
   struct mtpq_target_seq *s = calloc(1, sizeof *s);
   if (!s) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-  s->t = t, s->max_pos = max_pos;
+  s->t = t, s->max_pos = max_pos, s->nbuf = max_verify + 1;
   const int64_t KV = t->Nkv * t->D, E = t->cfg.num_experts > 0 ? t->cfg.num_experts : 1;
   const int64_t vd = t->HV * t->dv, kd = t->HK * t->dk;
   int ok = (s->kc = calloc((size_t)t->L, sizeof *s->kc)) && (s->vc = calloc((size_t)t->L, sizeof *s->vc)) &&
@@ -289,9 +304,12 @@ enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_p
   for (int64_t i = 0; ok && i < t->L; i++) {
     if (t->layers[i].kind == 'A')
       ok = (s->kc[i] = malloc((size_t)(max_pos * KV) * 4)) && (s->vc[i] = malloc((size_t)(max_pos * KV) * 4));
-    else
-      ok = (s->conv[i] = calloc((size_t)(t->conv_dim * (t->Kc - 1)), 4)) &&
-           (s->rec[i] = calloc((size_t)(t->HV * t->dk * t->dv), 4));
+    else {
+      ok = (s->conv[i] = calloc((size_t)s->nbuf, sizeof **s->conv)) && (s->rec[i] = calloc((size_t)s->nbuf, sizeof **s->rec));
+      for (int b = 0; ok && b < s->nbuf; b++)
+        ok = (s->conv[i][b] = calloc((size_t)(t->conv_dim * (t->Kc - 1)), 4)) &&
+             (s->rec[i][b] = calloc((size_t)(t->HV * t->dk * t->dv), 4));
+    }
   }
   const int64_t inter = t->inter > 0 ? t->inter : 1;
   float **bufs[] = {&s->h, &s->a, &s->y, &s->m, &s->qg, &s->kk, &s->vv, &s->att, &s->sc, &s->pr, &s->g1, &s->u1,
@@ -314,9 +332,9 @@ const float *mtpq_target_seq_gdn(const struct mtpq_target_seq *s, int layer, con
                                  int64_t *rec_n) {
   const struct mtpq_target *t = s->t;
   if (layer < 0 || layer >= t->L || t->layers[layer].kind != 'L') return NULL;
-  *rec = s->rec[layer];
+  *rec = s->rec[layer][s->cur];
   *conv_n = t->conv_dim * (t->Kc - 1), *rec_n = t->HV * t->dk * t->dv;
-  return s->conv[layer];
+  return s->conv[layer][s->cur];
 }
 
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -324,7 +342,7 @@ static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 /* One token through a Gated DeltaNet layer (target-architecture.md 2): x is
  * the normed input [H], out [H]. */
 static void gdn_step(const struct mtpq_target *t, const struct tlayer *l, struct mtpq_target_seq *s, int64_t li,
-                     const float *x, float *out) {
+                     int src, int dst, const float *x, float *out) {
   const int64_t HK = t->HK, HV = t->HV, dk = t->dk, dv = t->dv, r = HV / HK, kd = HK * dk, Kc = t->Kc;
   float *mix = s->mix, *z = s->zz, *b = s->bb, *a = s->aa, *o = s->o, *p = s->proj;
   if (l->qkvz.w) { /* Qwen3-Next: per key-head group j, [q_j | k_j | v (r heads) | z (r heads)], then [b (r) | a (r)] */
@@ -333,11 +351,11 @@ static void gdn_step(const struct mtpq_target *t, const struct tlayer *l, struct
     rt_lin_apply(&l->ba, x, ba);
     const int64_t g = 2 * dk + 2 * r * dv;
     for (int64_t j = 0; j < HK; j++) {
-      const float *src = p + j * g;
-      memcpy(mix + j * dk, src, (size_t)dk * 4);
-      memcpy(mix + kd + j * dk, src + dk, (size_t)dk * 4);
-      memcpy(mix + 2 * kd + j * r * dv, src + 2 * dk, (size_t)(r * dv) * 4);
-      memcpy(z + j * r * dv, src + 2 * dk + r * dv, (size_t)(r * dv) * 4);
+      const float *gp = p + j * g;
+      memcpy(mix + j * dk, gp, (size_t)dk * 4);
+      memcpy(mix + kd + j * dk, gp + dk, (size_t)dk * 4);
+      memcpy(mix + 2 * kd + j * r * dv, gp + 2 * dk, (size_t)(r * dv) * 4);
+      memcpy(z + j * r * dv, gp + 2 * dk + r * dv, (size_t)(r * dv) * 4);
       memcpy(b + j * r, ba + j * 2 * r, (size_t)r * 4);
       memcpy(a + j * r, ba + j * 2 * r + r, (size_t)r * 4);
     }
@@ -349,14 +367,15 @@ static void gdn_step(const struct mtpq_target *t, const struct tlayer *l, struct
   }
   /* depthwise causal conv1d over the last K inputs of each channel, SiLU;
    * the state keeps the last K - 1 inputs, oldest first */
-  float *cs = s->conv[li];
+  const float *cs = s->conv[li][src];
+  float *cd = s->conv[li][dst];
   for (int64_t c = 0; c < t->conv_dim; c++) {
-    const float *w = l->conv_w + c * Kc;
-    float *h = cs + c * (Kc - 1), acc = 0.0f;
+    const float *w = l->conv_w + c * Kc, *h = cs + c * (Kc - 1);
+    float *hd = cd + c * (Kc - 1), acc = 0.0f;
     for (int64_t i = 0; i < Kc - 1; i++) acc += w[i] * h[i];
     acc += w[Kc - 1] * mix[c];
-    memmove(h, h + 1, (size_t)(Kc - 2) * 4);
-    h[Kc - 2] = mix[c];
+    memmove(hd, h + 1, (size_t)(Kc - 2) * 4); /* (hd may be h) */
+    hd[Kc - 2] = mix[c];
     mix[c] = rt_silu(acc);
   }
   float *q = mix, *k = mix + kd, *v = mix + 2 * kd;
@@ -366,12 +385,13 @@ static void gdn_step(const struct mtpq_target *t, const struct tlayer *l, struct
     const float rq = 1.0f / sqrtf(sq + 1e-6f) / sqrtf((float)dk), rk = 1.0f / sqrtf(sk + 1e-6f);
     for (int64_t i = 0; i < dk; i++) q[j * dk + i] *= rq, k[j * dk + i] *= rk;
   }
-  float *S = s->rec[li];
+  const float *S0 = s->rec[li][src];
+  float *S = s->rec[li][dst];
   for (int64_t h = 0; h < HV; h++) {
     const float beta = rt_sigm(b[h]), g = -expf(l->A_log[h]) * softplus(a[h] + l->dt_bias[h]), dec = expf(g);
     const float *qh = q + (h / r) * dk, *kh = k + (h / r) * dk, *vh = v + h * dv;
     float *Sh = S + h * dk * dv, *oh = o + h * dv;
-    for (int64_t i = 0; i < dk * dv; i++) Sh[i] *= dec;
+    for (int64_t i = 0; i < dk * dv; i++) Sh[i] = S0[h * dk * dv + i] * dec;
     for (int64_t j = 0; j < dv; j++) { /* u = S^T k; d = beta (v - u); S += k d^T */
       float u = 0.0f;
       for (int64_t i = 0; i < dk; i++) u += Sh[i * dv + j] * kh[i];
@@ -392,8 +412,9 @@ static void gdn_step(const struct mtpq_target *t, const struct tlayer *l, struct
   rt_lin_apply(&l->out, o, out);
 }
 
-enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, float *hidden, float *logits,
-                                  int32_t *argmax, struct mtpq_err *err) {
+/* token at position len, GDN state read from buffer src and written to dst */
+static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, int src, int dst, float *hidden,
+                                    float *logits, int32_t *argmax, struct mtpq_err *err) {
   const struct mtpq_target *t = s->t;
   const int64_t H = t->H, pos = s->len;
   if (pos >= s->max_pos)
@@ -409,7 +430,7 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
     const struct tlayer *l = &t->layers[i];
     rt_zcnorm(h, l->in_norm, H, t->eps, a);
     if (l->kind == 'A') rt_cpu_attention(&l->attn, a, pos, 0, NULL, NULL, s->kc[i], s->vc[i], &as, y);
-    else gdn_step(t, l, s, i, a, y);
+    else gdn_step(t, l, s, i, src, dst, a, y);
     for (int64_t j = 0; j < H; j++) h[j] += y[j];
     rt_zcnorm(h, l->post_norm, H, t->eps, a);
     rt_cpu_mlp(&l->mlp, a, H, h, &ms, m); /* + the residual */
@@ -422,5 +443,42 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
     const int64_t r = rt_head_argmax(&t->head, a, logits);
     if (argmax) *argmax = (int32_t)r;
   }
+  return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, float *hidden, float *logits,
+                                  int32_t *argmax, struct mtpq_err *err) {
+  s->vcount = 0; /* a step after a verify accepts all of it */
+  return forward_one(s, token, s->cur, s->cur, hidden, logits, argmax, err);
+}
+
+enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
+                                    int32_t *argmax, struct mtpq_err *err) {
+  if (T < 1 || T >= s->nbuf)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a verify of %d tokens in a sequence opened for 1..%d", T, s->nbuf - 1);
+  if (s->len + T > s->max_pos)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a verify of %d tokens at position %lld past the sequence's %lld", T,
+                        (long long)s->len, (long long)s->max_pos);
+  const int64_t H = s->t->H;
+  s->vbase = s->len, s->vcur = s->cur, s->vcount = 0;
+  for (int i = 0; i < T; i++) {
+    const int src = i ? (s->vcur + i) % s->nbuf : s->vcur, dst = (s->vcur + 1 + i) % s->nbuf;
+    enum mtpq_status st =
+        forward_one(s, tokens[i], src, dst, hidden ? hidden + (size_t)i * (size_t)H : NULL, NULL,
+                    argmax ? argmax + i : NULL, err);
+    if (st) {
+      s->len = s->vbase, s->cur = s->vcur; /* nothing verified */
+      return st;
+    }
+  }
+  s->vcount = T, s->cur = (s->vcur + T) % s->nbuf;
+  return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err) {
+  if (s->vcount < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "accept without a verify before it");
+  if (j < 0 || j >= s->vcount)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "accept of slot %d after a verify of %d tokens", j, s->vcount);
+  s->len = s->vbase + j + 1, s->cur = (s->vcur + 1 + j) % s->nbuf, s->vcount = 0;
   return MTPQ_OK;
 }

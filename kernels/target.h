@@ -31,9 +31,11 @@ int mtpq_target_layers(const struct mtpq_target *t);
 /* 'A' full attention, 'L' linear attention (Gated DeltaNet) */
 char mtpq_target_layer_type(const struct mtpq_target *t, int layer);
 
-/* One sequence of up to max_pos tokens, empty. */
-enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, struct mtpq_target_seq **out,
-                                      struct mtpq_err *err);
+/* One sequence of up to max_pos tokens, empty, verifying up to max_verify
+ * (1..MTPQ_TARGET_MAX_VERIFY) tokens at once. */
+#define MTPQ_TARGET_MAX_VERIFY 16
+enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, int max_verify,
+                                      struct mtpq_target_seq **out, struct mtpq_err *err);
 void mtpq_target_seq_close(struct mtpq_target_seq *s); /* NULL-safe */
 int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s);
 /* Run the next token of the sequence (at position seq_len; the state
@@ -42,6 +44,17 @@ int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s);
  * (when not NULL) the head's argmax, ties to the lower id. */
 enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, float *hidden, float *logits,
                                   int32_t *argmax, struct mtpq_err *err);
+/* Verify T (1..max_verify) tokens at positions len .. len + T - 1 in one
+ * call, keeping the state after each (target-architecture.md 3: vLLM's
+ * scheme): hidden [T][H] and argmax [T] out (either NULL). The length is
+ * then len + T; mtpq_target_accept(s, j) makes it len + j + 1, the first
+ * j + 1 tokens accepted, by selecting the state kept after token j (the
+ * K/V rows past the new length are overwritten by the tokens that follow;
+ * the GDN state is one of the slots, not a copy or a re-run). A step or a
+ * verify after a verify without an accept keeps all of it. */
+enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
+                                    int32_t *argmax, struct mtpq_err *err);
+enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err);
 /* The GDN state of layer (a linear-attention layer) after the tokens so
  * far: conv [conv_dim][K - 1] (oldest first) and rec [HV][dk][dv]; sizes in
  * *conv_n and *rec_n. NULL for another layer. Borrowed. */

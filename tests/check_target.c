@@ -1,0 +1,135 @@
+/* The target model (kernels/target.h) on the CPU reference backend: layer
+ * stacks of the shipped models; decoding token by token equals a verify of
+ * T tokens followed by accepting slot j, for every j, bit for bit (hidden
+ * states, argmax, the GDN states); misuse of verify/accept is refused. The
+ * numbers against independent implementations are in
+ * tests/interop/test_traces.py (numpy) and the transformers fixtures. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/target.h"
+#include "testutil.h"
+
+static const char *models[] = {MTPQ_TESTDATA "/target/hybrid-next", MTPQ_TESTDATA "/target/hybrid-35",
+                               MTPQ_TESTDATA "/tiny-qwen3next/model"};
+
+START_TEST(test_layer_stacks) {
+  struct mtpq_err err = {0};
+  static const char *want[] = {"LAL", "LAL", "AAAA"};
+  for (int m = 0; m < 3; m++) {
+    struct mtpq_target *t = NULL;
+    ck_assert_msg(mtpq_target_open(models[m], &t, &err) == MTPQ_OK, "%s", err.msg);
+    char got[8] = "";
+    for (int i = 0; i < mtpq_target_layers(t) && i < 7; i++) got[i] = mtpq_target_layer_type(t, i);
+    ck_assert_str_eq(got, want[m]);
+    ck_assert_int_eq(mtpq_target_vocab(t), m < 2 ? 300 : 151936);
+    mtpq_target_close(t);
+  }
+  ck_assert_int_eq(mtpq_target_open(MTPQ_TESTDATA "/no-such-model", &(struct mtpq_target *){NULL}, &err) != MTPQ_OK, 1);
+}
+END_TEST
+
+/* token by token against verify + accept(j) for every j, on model _i */
+START_TEST(test_verify_equals_decode) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_msg(mtpq_target_open(models[_i], &t, &err) == MTPQ_OK, "%s", err.msg);
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
+  enum { P = 6, T = 4, N = P + T + 3 };
+  int32_t x[N];
+  uint64_t r = 12345 + (uint64_t)_i;
+  for (int i = 0; i < N; i++) r = r * 6364136223846793005ull + 1442695040888963407ull, x[i] = (int32_t)((r >> 33) % (uint64_t)V);
+  /* reference: one token at a time */
+  struct mtpq_target_seq *a = NULL;
+  ck_assert_int_eq(mtpq_target_seq_open(t, N, 1, &a, &err), MTPQ_OK);
+  float *ha = malloc((size_t)(N * H) * 4);
+  int32_t ga[N];
+  for (int i = 0; i < N; i++) ck_assert_int_eq(mtpq_target_step(a, x[i], ha + i * H, NULL, &ga[i], &err), MTPQ_OK);
+  for (int j = 0; j < T; j++) {
+    struct mtpq_target_seq *b = NULL;
+    ck_assert_int_eq(mtpq_target_seq_open(t, N, T, &b, &err), MTPQ_OK);
+    float *hb = malloc((size_t)(N * H) * 4);
+    int32_t gb[N];
+    for (int i = 0; i < P; i++) ck_assert_int_eq(mtpq_target_step(b, x[i], hb + i * H, NULL, &gb[i], &err), MTPQ_OK);
+    /* a verify of T tokens, some of them not what follows (x[P + j + 1..] replaced): only slot j is kept */
+    int32_t v[T];
+    for (int i = 0; i < T; i++) v[i] = i <= j ? x[P + i] : (x[P + i] + 7) % (int32_t)V;
+    ck_assert_int_eq(mtpq_target_verify(b, T, v, hb + P * H, gb + P, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_len(b), P + T);
+    ck_assert_int_eq(mtpq_target_accept(b, j, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_len(b), P + j + 1);
+    /* the GDN states equal the reference's after the same tokens: replay it to there */
+    struct mtpq_target_seq *c = NULL;
+    ck_assert_int_eq(mtpq_target_seq_open(t, N, 1, &c, &err), MTPQ_OK);
+    for (int i = 0; i <= P + j; i++) ck_assert_int_eq(mtpq_target_step(c, x[i], NULL, NULL, NULL, &err), MTPQ_OK);
+    for (int l = 0; l < mtpq_target_layers(t); l++) {
+      const float *rb, *rc;
+      int64_t cn, rn, cn2, rn2;
+      const float *cb = mtpq_target_seq_gdn(b, l, &rb, &cn, &rn), *cc = mtpq_target_seq_gdn(c, l, &rc, &cn2, &rn2);
+      ck_assert((cb == NULL) == (cc == NULL));
+      if (!cb) continue;
+      ck_assert_msg(!memcmp(cb, cc, (size_t)cn * 4) && !memcmp(rb, rc, (size_t)rn * 4), "layer %d GDN state, j = %d",
+                    l, j);
+    }
+    mtpq_target_seq_close(c);
+    for (int i = P + j + 1; i < N; i++)
+      ck_assert_int_eq(mtpq_target_step(b, x[i], hb + i * H, NULL, &gb[i], &err), MTPQ_OK);
+    ck_assert_msg(!memcmp(ha, hb, (size_t)(N * H) * 4), "%s: hidden states differ after accepting slot %d", models[_i],
+                  j);
+    ck_assert_msg(!memcmp(ga, gb, sizeof ga), "%s: argmax differs after accepting slot %d", models[_i], j);
+    mtpq_target_seq_close(b);
+    free(hb);
+  }
+  /* misuse */
+  struct mtpq_target_seq *b = NULL;
+  ck_assert_int_eq(mtpq_target_seq_open(t, N, 2, &b, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_accept(b, 0, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_verify(b, 3, x, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_verify(b, 2, x, NULL, NULL, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_accept(b, 2, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_step(b, (int32_t)V, NULL, NULL, NULL, &err), MTPQ_E_BAD_VALUE);
+  ck_assert_int_eq(mtpq_target_seq_open(t, N, 0, &(struct mtpq_target_seq *){NULL}, &err), MTPQ_E_INVAL);
+  mtpq_target_seq_close(b);
+  mtpq_target_seq_close(a);
+  free(ha);
+  mtpq_target_close(t);
+}
+END_TEST
+
+/* a config whose linear_attention layers lack the GDN sizes is refused naming them */
+START_TEST(test_config_refusals) {
+  char *dir = tu_scratch(), *cfg = tu_path(dir, "config.json");
+  const char *c = "{\"hidden_size\":8,\"num_attention_heads\":2,\"vocab_size\":10,\"rms_norm_eps\":1e-6,"
+                  "\"num_hidden_layers\":2,\"head_dim\":8,\"layer_types\":[\"linear_attention\",\"full_attention\"]}";
+  tu_write(cfg, c, strlen(c));
+  tu_write_st(tu_path(dir, "model.safetensors"),
+              "{\"model.embed_tokens.weight\":{\"dtype\":\"BF16\",\"shape\":[10,8],\"data_offsets\":[0,160]}}", 160);
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_int_eq(mtpq_target_open(dir, &t, &err), MTPQ_E_CONFIG_FIELD);
+  ck_assert_msg(strstr(err.msg, "linear_num_key_heads"), "%s", err.msg);
+  const char *c2 = "{\"hidden_size\":8,\"num_attention_heads\":2,\"vocab_size\":10,\"rms_norm_eps\":1e-6,"
+                   "\"num_hidden_layers\":2,\"layer_types\":[\"linear_attention\",\"mamba\"]}";
+  tu_write(cfg, c2, strlen(c2));
+  ck_assert_int_eq(mtpq_target_open(dir, &t, &err), MTPQ_E_CONFIG_FIELD);
+  ck_assert_msg(strstr(err.msg, "layer_types[1] is \"mamba\""), "%s", err.msg);
+  tu_rmtree(dir);
+  free(cfg), free(dir);
+}
+END_TEST
+
+int main(void) {
+  Suite *su = suite_create("target");
+  TCase *tc = tcase_create("target");
+  tcase_add_test(tc, test_layer_stacks);
+  tcase_add_loop_test(tc, test_verify_equals_decode, 0, 3);
+  tcase_add_test(tc, test_config_refusals);
+  tcase_set_timeout(tc, 300);
+  suite_add_tcase(su, tc);
+  SRunner *sr = srunner_create(su);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
