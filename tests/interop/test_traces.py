@@ -123,6 +123,55 @@ for layout, seed in (("qwen3_next", 5), ("qwen3_5", 6)):
     check(err < 6e-3, f"{layout}: hidden error {err:.3e}")
     check(agree + close == 8, f"{layout}: greedy tokens {agree}/8")
 
+# ---- 2b. NVIDIA's quantized layout: NVFP4 o_proj, out_proj and MLP down (packed E2M1, low nibble first,
+# E4M3 scales per 16, weight_scale_2), FP8 MLP gate (per tensor), against the BF16 twin holding exactly the
+# dequantized values (weight_scale_2 a power of two: e2m1 x e4m3 x 2^-k has at most 6 significant bits) ----
+def nvfp4(rng, rows, cols):
+    codes = rng.integers(0, 16, (rows, cols)).astype(np.uint8)
+    vals = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    sc = rng.choice(np.array([0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0], np.float32), (rows, cols // 16))
+    s2 = np.float32(2.0 ** -6)
+    deq = vals * np.repeat(sc, 16, axis=1) * s2
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    return packed, sc.astype(ml_dtypes.float8_e4m3fn), np.array(s2, np.float32), deq.astype(bf)
+
+
+qd = os.path.join(tmp, "quantized")
+tw = os.path.join(tmp, "twin")
+cfg, _, pre = make_model(tw, "qwen3_next", 5)
+W = load_file(os.path.join(tw, "model.safetensors"))
+Q = dict(W)
+rng = np.random.default_rng(77)
+for name in [k[:-7] for k in W if k.endswith((".o_proj.weight", ".out_proj.weight", ".down_proj.weight"))]:
+    rows, cols = W[name + ".weight"].shape
+    packed, sc, s2, deq = nvfp4(rng, rows, cols)
+    Q[name + ".weight"], Q[name + ".weight_scale"], Q[name + ".weight_scale_2"] = packed, sc, s2
+    W[name + ".weight"] = deq
+for name in [k[:-7] for k in W if k.endswith(".gate_proj.weight")]:  # FP8 per tensor, scale a power of two
+    q8 = (rng.standard_normal(W[name + ".weight"].shape) * 2).astype(ml_dtypes.float8_e4m3fn)
+    Q[name + ".weight"], Q[name + ".weight_scale"] = q8, np.array(2.0 ** -4, np.float32)
+    W[name + ".weight"] = (q8.astype(np.float32) * 2.0 ** -4).astype(bf)
+save_file(W, os.path.join(tw, "model.safetensors"))
+os.makedirs(qd, exist_ok=True)
+save_file(Q, os.path.join(qd, "model.safetensors"))
+json.dump(cfg, open(os.path.join(qd, "config.json"), "w"))
+pq = os.path.join(tmp, "qprompt.safetensors")
+save_file({"q.0.tokens": np.arange(10, 26, dtype=np.int32), "q.0.hidden": np.zeros((16, cfg["hidden_size"]), bf)},
+          pq, metadata={"prompt_len": "10"})
+outs = []
+for d in (qd, tw):
+    o = os.path.join(tmp, os.path.basename(d) + ".safetensors")
+    p = run("traces", "--target", d, "--prompts", pq, "-n", "6", "--out", o)
+    check(p.returncode == 0, f"{d}: {p.stderr}")
+    outs.append(load_file(o) if p.returncode == 0 else None)
+if outs[0] is not None and outs[1] is not None:
+    a_, b_ = outs[0]["q.0.hidden"].astype(np.float32), outs[1]["q.0.hidden"].astype(np.float32)
+    e = np.linalg.norm(a_ - b_) / np.linalg.norm(b_)
+    same = np.array_equal(outs[0]["q.0.tokens"], outs[1]["q.0.tokens"])
+    print(f"NVFP4/FP8 target vs its dequantized BF16 twin: hidden rel. error {e:.2e} (BF16 outputs), greedy tokens "
+          f"{'equal' if same else 'DIFFERENT'}")
+    check(e < 1e-3 and same, f"quantized vs twin: {e:.3e}, tokens equal {same}")
+
 # ---- bench-acceptance --prompts records the traces itself: the same numbers as mtpq traces + --traces ----
 TMD = os.path.join(TINY, "model")
 pj = os.path.join(tmp, "code.jsonl")
