@@ -18,12 +18,14 @@ const struct cli_opt bench_accept_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
     {"drafter", 0, OPT_STR, OPT_MULTI, "DIR", "an mtpq drafter repo to compare with stock (repeatable)"},
     {"traces", 0, OPT_STR, 0, "FILE", "traces safetensors (or --prompts)"},
-    {"prompts", 0, OPT_STR, OPT_MULTI, "FILE", "without --traces: record the traces first with the target "
-                                              "(as mtpq traces does; repeatable)"},
+    {"prompts", 0, OPT_STR, OPT_MULTI, "FILE",
+     "without --traces: record the traces first with the target "
+     "(as mtpq traces does; repeatable)"},
     {"new-tokens", 'n', OPT_UINT, 0, "N", "with --prompts: tokens generated after each prompt (default 96)"},
     {"k", 'k', OPT_UINT, 0, "N", "draft tokens per round (default: the traces' k, else 3)"},
-    {"prompt-len", 0, OPT_UINT, 0, "N", "prompt tokens of every trace (default: each trace's metadata "
-                                        "prompt_len.NAME, else the file's prompt_len, else 192)"},
+    {"prompt-len", 0, OPT_UINT, 0, "N",
+     "prompt tokens of every trace (default: each trace's metadata "
+     "prompt_len.NAME, else the file's prompt_len, else 192)"},
     {"draft-window", 0, OPT_UINT, 0, "N", "sliding window of the draft attention (0 = full)"},
     {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
@@ -134,8 +136,9 @@ int cmd_bench_accept(int argc, char **argv) {
       return MTPQ_EXIT_IO;
     }
     close(fd);
-    int rrc = record_traces(target, a.multi[ipr], a.set[ipr], (int64_t)cli_uint(bench_accept_opts, &a, "new-tokens", 96),
-                            (int)cli_uint(bench_accept_opts, &a, "k", 3), made);
+    int rrc =
+        record_traces(target, a.multi[ipr], a.set[ipr], (int64_t)cli_uint(bench_accept_opts, &a, "new-tokens", 96),
+                      (int)cli_uint(bench_accept_opts, &a, "k", 3), made);
     if (rrc) {
       unlink(made);
       return rrc;
@@ -200,8 +203,10 @@ int cmd_bench_accept(int argc, char **argv) {
   if (cli_has(bench_accept_opts, &a, "json")) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "k", k);
-    if (P) cJSON_AddNumberToObject(o, "prompt_len", (double)P);
-    else cJSON_AddStringToObject(o, "prompt_len", "per trace");
+    if (P)
+      cJSON_AddNumberToObject(o, "prompt_len", (double)P);
+    else
+      cJSON_AddStringToObject(o, "prompt_len", "per trace");
     cJSON_AddStringToObject(o, "traces", traces);
     cJSON_AddStringToObject(o, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
     cJSON *arr = cJSON_AddArrayToObject(o, "drafters");
@@ -222,8 +227,10 @@ int cmd_bench_accept(int argc, char **argv) {
     return 0;
   }
   char plen[48];
-  if (P) snprintf(plen, sizeof plen, "prompt %lld tokens", (long long)P);
-  else snprintf(plen, sizeof plen, "each trace's own prompt length");
+  if (P)
+    snprintf(plen, sizeof plen, "prompt %lld tokens", (long long)P);
+  else
+    snprintf(plen, sizeof plen, "each trace's own prompt length");
   printf("bench-acceptance: k = %d, %s, %s backend, greedy replay of %s\n", k, plen,
          be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu", traces);
   printf("%-16s %-34s %7s %7s", "domain", "drafter", "drafts", "MAL");

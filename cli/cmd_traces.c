@@ -14,8 +14,9 @@
 
 const struct cli_opt traces_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (config.json, safetensors; required)"},
-    {"prompts", 'p', OPT_STR, OPT_MULTI, "FILE", "prompts: a traces .safetensors, .jsonl, or a text file "
-                                                 "(repeatable; the file's name is the domain)"},
+    {"prompts", 'p', OPT_STR, OPT_MULTI, "FILE",
+     "prompts: a traces .safetensors, .jsonl, or a text file "
+     "(repeatable; the file's name is the domain)"},
     {"new-tokens", 'n', OPT_UINT, 0, "N", "tokens to generate after each prompt (default 96)"},
     {"prompt-len", 0, OPT_UINT, 0, "N", "prompt tokens taken from a traces file (default: its metadata, else 192)"},
     {"text-field", 0, OPT_STR, 0, "NAME", "the JSONL field holding a prompt (default text)"},
@@ -30,8 +31,8 @@ const struct cli_opt traces_opts[] = {
 
 static void progress(void *ctx, size_t done, size_t total, int64_t tokens) {
   (void)ctx;
-  if (cli_verbosity >= 1 && isatty(2)) fprintf(stderr, "\rtraces: %zu/%zu prompts, %lld tokens", done, total,
-                                               (long long)tokens);
+  if (cli_verbosity >= 1 && isatty(2))
+    fprintf(stderr, "\rtraces: %zu/%zu prompts, %lld tokens", done, total, (long long)tokens);
   if (cli_verbosity >= 1 && isatty(2) && done == total) fputc('\n', stderr);
 }
 

@@ -6,8 +6,7 @@
 #include "quant/quant.h"
 
 static const struct cli_cmd commands[] = {
-    {"inspect", "list tensors, family and MTP layout of a checkpoint",
-     "[options] PATH", inspect_opts, cmd_inspect,
+    {"inspect", "list tensors, family and MTP layout of a checkpoint", "[options] PATH", inspect_opts, cmd_inspect,
      "PATH is a .safetensors file or a repo directory (sharded through\n"
      "model.safetensors.index.json, or a folder of *.safetensors files).\n"
      "With --json, prints one JSON object: tensors (name, dtype, shape, bytes,\n"
@@ -19,23 +18,22 @@ static const struct cli_cmd commands[] = {
      "norms stay BF16. --dry-run prints the recipe. The repo appears only\n"
      "when complete (built in a hidden temporary directory beside DIR).\n"},
     {"verify-bitexact", "prove byte equality of quantized tensors",
-     "[options] A B\n       mtpq verify-bitexact --requantize [options] SOURCE REFERENCE",
-     verify_opts, cmd_verify,
+     "[options] A B\n       mtpq verify-bitexact --requantize [options] SOURCE REFERENCE", verify_opts, cmd_verify,
      "Without --requantize, compares two safetensors files or repos tensor by\n"
      "tensor. With --requantize, quantizes every quantized tensor of REFERENCE\n"
      "(NVFP4: X.weight U8 + X.weight_scale F8_E4M3 + X.weight_scale_2 F32; FP8:\n"
      "X.weight F8_E4M3 + X.weight_scale F32) from SOURCE's BF16 X.weight and\n"
      "compares every byte. Exit 0 only if everything is identical; 9 if not.\n"},
     {"build-vocab", "choose the draft vocabulary from token counts and text",
-     "--tokenizer tokenizer.json (--counts FILE[:W] | --text FILE)... --out PREFIX [options]",
-     build_vocab_opts, cmd_build_vocab,
+     "--tokenizer tokenizer.json (--counts FILE[:W] | --text FILE)... --out PREFIX [options]", build_vocab_opts,
+     cmd_build_vocab,
      "Keeps every added token, every single-character vocabulary string and\n"
      "every token that is exactly one Unicode character, then the most frequent\n"
      "ids (weighted counts; ties to the lower id) up to --size. Writes\n"
      "PREFIX.safetensors (I64 ids, ascending), PREFIX.pt and PREFIX.json with\n"
      "held-out coverage at the chosen size and at 32K/64K/98K/128K.\n"},
-    {"tokenize", "token ids of text files (native byte-level BPE)",
-     "--tokenizer tokenizer.json [options] FILE...", tokenize_opts, cmd_tokenize,
+    {"tokenize", "token ids of text files (native byte-level BPE)", "--tokenizer tokenizer.json [options] FILE...",
+     tokenize_opts, cmd_tokenize,
      "Prints one line of space-separated ids per FILE (no special tokens are\n"
      "added). FILE is plain UTF-8 text or JSON Lines (.jsonl), optionally .zst.\n"},
     {"bench-acceptance", "draft acceptance: stock vs quantized drafters on target traces",
@@ -78,8 +76,7 @@ static const struct cli_cmd commands[] = {
      "HBM bandwidth, the floor bytes/bandwidth and the speedup over stock. With\n"
      "--target-step-ms and --mal it estimates decode tokens/s as\n"
      "MAL / (target step + k x draft step). Batch 1 only so far.\n"},
-    {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]",
-     bench_quant_opts, cmd_bench_quant,
+    {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]", bench_quant_opts, cmd_bench_quant,
      "Times NVFP4 and FP8 quantization of a BF16 matrix on 1 thread, all\n"
      "threads and (when built with CUDA and a device is present) the GPU, and\n"
      "prints GB/s of BF16 input. Outputs are checked equal to the reference.\n"},

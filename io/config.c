@@ -104,11 +104,15 @@ enum mtpq_status mtpq_config_parse(const char *text, size_t len, const char *lab
     if (cJSON_IsArray(lt)) {
       const cJSON *e = cJSON_GetArrayItem(lt, (int)i);
       const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
-      if (v && !strcmp(v, "full_attention")) k = 'A';
-      else if (v && !strcmp(v, "linear_attention")) k = 'L';
+      if (v && !strcmp(v, "full_attention"))
+        k = 'A';
+      else if (v && !strcmp(v, "linear_attention"))
+        k = 'L';
       else {
-        st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: layer_types[%lld] is %s%s%s, not full_attention or "
-                          "linear_attention", label, (long long)i, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
+        st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD,
+                          "%s: layer_types[%lld] is %s%s%s, not full_attention or "
+                          "linear_attention",
+                          label, (long long)i, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
         goto fail;
       }
     } else if (cfg->full_attention_interval > 0) {

@@ -40,7 +40,7 @@ struct mtpq_model_config {
    * layer_types list, else from full_attention_interval (layer i is full
    * attention when (i + 1) % interval == 0), else all 'A' */
   char layer_types[MTPQ_MAX_LAYERS + 1];
-  int64_t full_attention_interval;        /* 0 if absent */
+  int64_t full_attention_interval;                      /* 0 if absent */
   int64_t linear_num_key_heads, linear_num_value_heads; /* GDN sizes; 0 if absent */
   int64_t linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim;
   void *json;  /* the parsed document (cJSON *), owned */

@@ -134,8 +134,10 @@ enum mtpq_status mtpq_prompts_read(const char *path, struct mtpq_tokenizer *tok,
         break;
       }
       int32_t *ids = malloc((size_t)P * sizeof *ids);
-      if (!ids) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-      else memcpy(ids, x->tokens, (size_t)P * sizeof *ids), st = add(p, x->name, ids, P, err);
+      if (!ids)
+        st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+      else
+        memcpy(ids, x->tokens, (size_t)P * sizeof *ids), st = add(p, x->name, ids, P, err);
     }
     mtpq_traces_close(t);
     return st;
@@ -158,19 +160,23 @@ enum mtpq_status mtpq_prompts_read(const char *path, struct mtpq_tokenizer *tok,
         cJSON *o = cJSON_ParseWithLength(s, n);
         const cJSON *f = o ? cJSON_GetObjectItemCaseSensitive(o, chat ? "messages" : text_field) : NULL;
         char *text = NULL;
-        if (!o) st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%ld: not a JSON object", path, line);
+        if (!o)
+          st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%ld: not a JSON object", path, line);
         else if (chat && !cJSON_IsArray(f))
           st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%ld: no \"messages\" array (--chat)", path, line);
         else if (!chat && !cJSON_IsString(f))
           st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%ld: no string field \"%s\"%s", path, line, text_field,
                             cJSON_GetObjectItemCaseSensitive(o, "messages") ? " (a chat file: --chat)" : "");
-        else if (chat) st = chatml(f, path, line, &text, err);
+        else if (chat)
+          st = chatml(f, path, line, &text, err);
         struct idbuf b = {0};
         if (!st) st = encode(tok, chat ? text : f->valuestring, strlen(chat ? text : f->valuestring), &b, err);
         if (!st && b.n == 0) st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%ld: an empty prompt", path, line);
         snprintf(name, sizeof name, "%s.%zu", dom, p->n - first);
-        if (!st) st = add(p, name, b.v, b.n, err);
-        else free(b.v);
+        if (!st)
+          st = add(p, name, b.v, b.n, err);
+        else
+          free(b.v);
         free(text);
         cJSON_Delete(o);
       }
@@ -181,8 +187,10 @@ enum mtpq_status mtpq_prompts_read(const char *path, struct mtpq_tokenizer *tok,
     st = encode(tok, buf, len, &b, err);
     snprintf(name, sizeof name, "%s.0", dom);
     if (!st && b.n == 0) st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: an empty prompt", path);
-    if (!st) st = add(p, name, b.v, b.n, err);
-    else free(b.v);
+    if (!st)
+      st = add(p, name, b.v, b.n, err);
+    else
+      free(b.v);
   }
   free(buf);
   if (!st && p->n == first) st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: no prompts", path);
@@ -201,9 +209,10 @@ enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mt
         return mtpq_err_set(err, MTPQ_E_INVAL, "two prompts named %s (two files of one name?)", p->v[i].name);
     for (int64_t j = 0; j < p->v[i].n; j++)
       if (p->v[i].ids[j] < 0 || p->v[i].ids[j] >= V)
-        return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "prompt %s: token %lld is %d, outside the target's vocabulary "
-                            "(%lld): a prompt made with another tokenizer?", p->v[i].name, (long long)j,
-                            p->v[i].ids[j], (long long)V);
+        return mtpq_err_set(err, MTPQ_E_BAD_VALUE,
+                            "prompt %s: token %lld is %d, outside the target's vocabulary "
+                            "(%lld): a prompt made with another tokenizer?",
+                            p->v[i].name, (long long)j, p->v[i].ids[j], (long long)V);
   }
   struct mtpq_st_writer *w = NULL;
   enum mtpq_status st = mtpq_stw_init(out, &w, err);

@@ -50,7 +50,6 @@ void mtpq_prompts_free(struct mtpq_prompts *p);
  * NULL) is called after each prompt. */
 typedef void (*mtpq_record_progress_fn)(void *ctx, size_t done, size_t total, int64_t tokens);
 enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mtpq_prompts *p, int64_t n_new, int k,
-                                    const char *out, mtpq_record_progress_fn progress, void *ctx,
-                                    struct mtpq_err *err);
+                                    const char *out, mtpq_record_progress_fn progress, void *ctx, struct mtpq_err *err);
 
 #endif

@@ -118,7 +118,6 @@ int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits) {
   return arg;
 }
 
-
 void rt_cpu_attention(const struct rt_attn *w, const float *a, int64_t pos, int64_t window, uint16_t *kc16,
                       uint16_t *vc16, float *kc32, float *vc32, const struct rt_attn_scratch *s, float *out) {
   const int64_t D = w->D, Nq = w->Nq, Nkv = w->Nkv, KV = Nkv * D;
@@ -133,7 +132,8 @@ void rt_cpu_attention(const struct rt_attn *w, const float *a, int64_t pos, int6
   /* a BF16 cache holds K and V rounded to nearest even, as vLLM's cache of
    * a BF16 model does; a token attends to its own row as cached */
   if (kc16)
-    for (int64_t j = 0; j < KV; j++) kc16[pos * KV + j] = mtpq_f32_to_bf16(kk[j]), vc16[pos * KV + j] = mtpq_f32_to_bf16(vv[j]);
+    for (int64_t j = 0; j < KV; j++)
+      kc16[pos * KV + j] = mtpq_f32_to_bf16(kk[j]), vc16[pos * KV + j] = mtpq_f32_to_bf16(vv[j]);
   else
     memcpy(kc32 + pos * KV, kk, (size_t)KV * 4), memcpy(vc32 + pos * KV, vv, (size_t)KV * 4);
   int64_t lo = window > 0 && pos + 1 > window ? pos + 1 - window : 0;

@@ -24,8 +24,7 @@ static const struct mtpq_tensor *find2(const struct mtpq_repo *a, const struct m
   return t ? t : (b ? mtpq_repo_find(b, n) : NULL);
 }
 
-enum mtpq_status mtpq__rt_load_lin(const struct mtpq_repo *src, const char *mod, struct lin *L,
-                                   struct mtpq_err *err) {
+enum mtpq_status mtpq__rt_load_lin(const struct mtpq_repo *src, const char *mod, struct lin *L, struct mtpq_err *err) {
   char n[512];
   snprintf(n, sizeof n, "%s.weight", mod);
   const struct mtpq_tensor *w = mtpq_repo_find(src, n);
@@ -66,8 +65,10 @@ enum mtpq_status mtpq__rt_load_vec(const struct mtpq_repo *src, const char *name
   *out = malloc((size_t)(n ? n : 1) * sizeof **out);
   if (!*out) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   for (int64_t i = 0; i < n; i++)
-    if (t->dtype == MTPQ_DTYPE_BF16) (*out)[i] = bf16f((const unsigned char *)t->data + 2 * i);
-    else memcpy(&(*out)[i], (const unsigned char *)t->data + 4 * i, 4);
+    if (t->dtype == MTPQ_DTYPE_BF16)
+      (*out)[i] = bf16f((const unsigned char *)t->data + 2 * i);
+    else
+      memcpy(&(*out)[i], (const unsigned char *)t->data + 4 * i, 4);
   return MTPQ_OK;
 }
 

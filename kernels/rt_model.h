@@ -38,12 +38,10 @@ struct mtpq_rt_model {
   int64_t *ids, full_vocab;
 };
 
-
 /* A linear layer MOD ("MOD.weight" and its scale tensors) as src stores it:
  * BF16, FP8 per tensor (weight_scale F32), or NVFP4 (packed U8, E4M3
  * weight_scale per 16, weight_scale_2); anything else is refused naming it. */
-enum mtpq_status mtpq__rt_load_lin(const struct mtpq_repo *src, const char *mod, struct lin *L,
-                                   struct mtpq_err *err);
+enum mtpq_status mtpq__rt_load_lin(const struct mtpq_repo *src, const char *mod, struct lin *L, struct mtpq_err *err);
 /* NAME (BF16 or F32, n values) as a malloc'd float array */
 enum mtpq_status mtpq__rt_load_vec(const struct mtpq_repo *src, const char *name, int64_t n, float **out,
                                    struct mtpq_err *err);

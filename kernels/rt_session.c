@@ -167,8 +167,8 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
         *sc = s->v[12], *g1 = s->v[13], *u1 = s->v[14], *pr = s->v[15];
   const struct rt_attn aw = {d->q, d->k, d->v, d->o, d->nrm[4], d->nrm[5], Nq, Nkv, D, d->rot, d->theta, d->eps};
   const struct rt_attn_scratch as = {qg, kk, vv, att, sc};
-  const struct rt_mlp mw = {d->moe, d->E, d->topk, d->norm_topk, d->router, d->moe ? d->seg : (struct lin){0},
-                            d->sg, d->su, d->sd, d->eg, d->eu, d->ed};
+  const struct rt_mlp mw = {d->moe, d->E,  d->topk, d->norm_topk, d->router, d->moe ? d->seg : (struct lin){0},
+                            d->sg,  d->su, d->sd,   d->eg,        d->eu,     d->ed};
   const struct rt_mlp_scratch ms = {pr, g1, u1, t1};
   for (int i = 0; i < n; i++) {
     int64_t pos = positions[i];

@@ -13,15 +13,15 @@
 #include "kernels/rt_model.h"
 
 struct tlayer {
-  char kind;                 /* 'A' / 'L' */
+  char kind;                  /* 'A' / 'L' */
   float *in_norm, *post_norm; /* (1 + w) norms, [H] */
   struct rt_attn attn;        /* 'A' */
   /* 'L': Qwen3-Next's interleaved projections (qkvz.w set), or Qwen3.5's */
   struct lin qkvz, ba, qkv, z, b, a, out;
-  float *conv_w;              /* [conv_dim][K] */
+  float *conv_w;                  /* [conv_dim][K] */
   float *dt_bias, *A_log, *gnorm; /* [HV], [HV], [dv] (the gated norm's w, used as is) */
   struct rt_mlp mlp;
-  struct lin *experts;        /* owned: eg, eu, ed of E experts, one array */
+  struct lin *experts; /* owned: eg, eu, ed of E experts, one array */
 };
 
 struct mtpq_target {
@@ -31,7 +31,7 @@ struct mtpq_target {
   int64_t H, V, L, Nq, Nkv, D, rot;
   float eps, theta;
   int64_t HK, HV, dk, dv, Kc, conv_dim, inter; /* GDN sizes; the widest MLP intermediate */
-  const unsigned char *embed; /* BF16 [V, H] */
+  const unsigned char *embed;                  /* BF16 [V, H] */
   struct lin head;
   float *final_norm;
   struct tlayer *layers;
@@ -54,8 +54,10 @@ struct mtpq_target_seq {
 
 /* the full name of a layer's tensor ("PREFIXlayers.I.SUF"; i < 0: "PREFIXSUF") */
 static void tname(const struct mtpq_target *t, int64_t i, const char *suf, char *out, size_t cap) {
-  if (i < 0) snprintf(out, cap, "%s%s", t->pre, suf);
-  else snprintf(out, cap, "%slayers.%lld.%s", t->pre, (long long)i, suf);
+  if (i < 0)
+    snprintf(out, cap, "%s%s", t->pre, suf);
+  else
+    snprintf(out, cap, "%slayers.%lld.%s", t->pre, (long long)i, suf);
 }
 
 static enum mtpq_status lin(const struct mtpq_target *t, int64_t i, const char *suf, struct lin *L,
@@ -102,8 +104,7 @@ static enum mtpq_status load_mlp(struct mtpq_target *t, int64_t i, struct tlayer
     st = lin(t, i, "mlp.shared_expert.gate_proj", &w->sg, err);
     if (!st) st = lin(t, i, "mlp.shared_expert.up_proj", &w->su, err);
     if (!st) st = lin(t, i, "mlp.shared_expert.down_proj", &w->sd, err);
-    if (!st && find(t, i, "mlp.shared_expert_gate.weight"))
-      st = lin(t, i, "mlp.shared_expert_gate", &w->seg, err);
+    if (!st && find(t, i, "mlp.shared_expert_gate.weight")) st = lin(t, i, "mlp.shared_expert_gate", &w->seg, err);
     if (!st && w->sg.rows > t->inter) t->inter = w->sg.rows;
   }
   if (st) return st;
@@ -117,14 +118,18 @@ static enum mtpq_status load_mlp(struct mtpq_target *t, int64_t i, struct tlayer
     if (gu && dn) { /* fused: [E, 2I, H] and [E, H, I], BF16 */
       if (gu->dtype != MTPQ_DTYPE_BF16 || dn->dtype != MTPQ_DTYPE_BF16 || gu->rank != 3 || dn->rank != 3 ||
           gu->shape[0] != w->E || dn->shape[0] != w->E)
-        return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: layer %lld's fused experts are not BF16 [E, 2I, H] and "
-                            "[E, H, I]", mtpq_repo_dir(t->repo), (long long)i);
+        return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
+                            "%s: layer %lld's fused experts are not BF16 [E, 2I, H] and "
+                            "[E, H, I]",
+                            mtpq_repo_dir(t->repo), (long long)i);
       int64_t I = gu->shape[1] / 2, H = gu->shape[2];
       const unsigned char *base = (const unsigned char *)gu->data + (size_t)(e * 2 * I * H * 2);
       eg[e] = (struct lin){LIN_BF16, I, H, base, NULL, 0};
       eu[e] = (struct lin){LIN_BF16, I, H, base + I * H * 2, NULL, 0};
-      ed[e] = (struct lin){LIN_BF16, dn->shape[1], dn->shape[2],
-                           (const unsigned char *)dn->data + (size_t)(e * dn->shape[1] * dn->shape[2] * 2), NULL, 0};
+      ed[e] =
+          (struct lin){LIN_BF16,     dn->shape[1],
+                       dn->shape[2], (const unsigned char *)dn->data + (size_t)(e * dn->shape[1] * dn->shape[2] * 2),
+                       NULL,         0};
     } else {
       char f[128];
       snprintf(f, sizeof f, "mlp.experts.%lld.gate_proj", (long long)e);
@@ -146,20 +151,23 @@ static enum mtpq_status load_gdn(struct mtpq_target *t, int64_t i, struct tlayer
     st = lin(t, i, "linear_attn.in_proj_qkvz", &l->qkvz, err);
     if (!st) st = lin(t, i, "linear_attn.in_proj_ba", &l->ba, err);
     if (!st && (l->qkvz.rows != 2 * kd + 2 * vd || l->ba.rows != 2 * t->HV))
-      st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: layer %lld: in_proj_qkvz has %lld rows, in_proj_ba %lld; "
-                        "the config gives %lld and %lld", mtpq_repo_dir(t->repo), (long long)i,
-                        (long long)l->qkvz.rows, (long long)l->ba.rows, (long long)(2 * kd + 2 * vd),
-                        (long long)(2 * t->HV));
+      st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH,
+                        "%s: layer %lld: in_proj_qkvz has %lld rows, in_proj_ba %lld; "
+                        "the config gives %lld and %lld",
+                        mtpq_repo_dir(t->repo), (long long)i, (long long)l->qkvz.rows, (long long)l->ba.rows,
+                        (long long)(2 * kd + 2 * vd), (long long)(2 * t->HV));
   } else {
     st = lin(t, i, "linear_attn.in_proj_qkv", &l->qkv, err);
     if (!st) st = lin(t, i, "linear_attn.in_proj_z", &l->z, err);
     if (!st) st = lin(t, i, "linear_attn.in_proj_b", &l->b, err);
     if (!st) st = lin(t, i, "linear_attn.in_proj_a", &l->a, err);
     if (!st && (l->qkv.rows != 2 * kd + vd || l->z.rows != vd || l->b.rows != t->HV || l->a.rows != t->HV))
-      st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: layer %lld: in_proj_qkv/z/b/a rows %lld/%lld/%lld/%lld; the "
-                        "config gives %lld/%lld/%lld/%lld", mtpq_repo_dir(t->repo), (long long)i,
-                        (long long)l->qkv.rows, (long long)l->z.rows, (long long)l->b.rows, (long long)l->a.rows,
-                        (long long)(2 * kd + vd), (long long)vd, (long long)t->HV, (long long)t->HV);
+      st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH,
+                        "%s: layer %lld: in_proj_qkv/z/b/a rows %lld/%lld/%lld/%lld; the "
+                        "config gives %lld/%lld/%lld/%lld",
+                        mtpq_repo_dir(t->repo), (long long)i, (long long)l->qkv.rows, (long long)l->z.rows,
+                        (long long)l->b.rows, (long long)l->a.rows, (long long)(2 * kd + vd), (long long)vd,
+                        (long long)t->HV, (long long)t->HV);
   }
   if (!st) st = lin(t, i, "linear_attn.out_proj", &l->out, err);
   if (!st) st = vec(t, i, "linear_attn.conv1d.weight", t->conv_dim * t->Kc, &l->conv_w, err);
@@ -203,17 +211,19 @@ enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, str
   t->dv = c->linear_value_head_dim, t->Kc = c->linear_conv_kernel_dim;
   t->conv_dim = 2 * t->HK * t->dk + t->HV * t->dv;
   if (t->L < 1 || t->Nkv < 1 || t->Nq % t->Nkv || t->rot % 2) {
-    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: %lld layers, %lld query heads over %lld KV heads, rotary dims "
-                      "%lld: not a model this runtime runs", dir, (long long)t->L, (long long)t->Nq,
-                      (long long)t->Nkv, (long long)t->rot);
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD,
+                      "%s: %lld layers, %lld query heads over %lld KV heads, rotary dims "
+                      "%lld: not a model this runtime runs",
+                      dir, (long long)t->L, (long long)t->Nq, (long long)t->Nkv, (long long)t->rot);
     goto fail;
   }
   if (strchr(c->layer_types, 'L') &&
       (t->HK < 1 || t->HV < t->HK || t->HV % t->HK || t->dk < 1 || t->dv < 1 || t->Kc < 2)) {
-    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD, "%s: linear_attention layers need linear_num_key_heads, "
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD,
+                      "%s: linear_attention layers need linear_num_key_heads, "
                       "linear_num_value_heads (a multiple), linear_key/value_head_dim and linear_conv_kernel_dim >= 2 "
-                      "(got %lld, %lld, %lld, %lld, %lld)", dir, (long long)t->HK, (long long)t->HV, (long long)t->dk,
-                      (long long)t->dv, (long long)t->Kc);
+                      "(got %lld, %lld, %lld, %lld, %lld)",
+                      dir, (long long)t->HK, (long long)t->HV, (long long)t->dk, (long long)t->dv, (long long)t->Kc);
     goto fail;
   }
   char n[128];
@@ -224,8 +234,10 @@ enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, str
     goto fail;
   }
   t->embed = emb->data;
-  if (mtpq_repo_find(t->repo, "lm_head.weight")) st = mtpq__rt_load_lin(t->repo, "lm_head", &t->head, err);
-  else t->head = (struct lin){LIN_BF16, emb->shape[0], t->H, emb->data, NULL, 0}; /* tied */
+  if (mtpq_repo_find(t->repo, "lm_head.weight"))
+    st = mtpq__rt_load_lin(t->repo, "lm_head", &t->head, err);
+  else
+    t->head = (struct lin){LIN_BF16, emb->shape[0], t->H, emb->data, NULL, 0}; /* tied */
   if (!st && t->head.cols != t->H)
     st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: the head has %lld columns, hidden size %lld", dir,
                       (long long)t->head.cols, (long long)t->H);
@@ -247,9 +259,11 @@ enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, str
       if (!st) st = vec(t, i, "self_attn.q_norm.weight", t->D, (float **)&w->qn, err);
       if (!st) st = vec(t, i, "self_attn.k_norm.weight", t->D, (float **)&w->kn, err);
       if (!st && (w->q.rows != 2 * t->Nq * t->D || w->k.rows != t->Nkv * t->D || w->o.cols != t->Nq * t->D))
-        st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: layer %lld: q_proj has %lld rows (q and gate: %lld), "
-                          "k_proj %lld (%lld)", dir, (long long)i, (long long)w->q.rows,
-                          (long long)(2 * t->Nq * t->D), (long long)w->k.rows, (long long)(t->Nkv * t->D));
+        st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH,
+                          "%s: layer %lld: q_proj has %lld rows (q and gate: %lld), "
+                          "k_proj %lld (%lld)",
+                          dir, (long long)i, (long long)w->q.rows, (long long)(2 * t->Nq * t->D), (long long)w->k.rows,
+                          (long long)(t->Nkv * t->D));
     } else if (!st) {
       st = load_gdn(t, i, l, err);
     }
@@ -282,8 +296,8 @@ void mtpq_target_seq_close(struct mtpq_target_seq *s) {
     if (s->rec) free(s->rec[i]);
   }
   free(s->kc), free(s->vc), free(s->conv), free(s->rec);
-  float *bufs[] = {s->h, s->a, s->y, s->m, s->qg, s->kk, s->vv, s->att, s->sc, s->pr, s->g1, s->u1, s->t1,
-                   s->proj, s->zz, s->bb, s->aa, s->mix, s->o};
+  float *bufs[] = {s->h,  s->a,  s->y,  s->m,    s->qg, s->kk, s->vv, s->att, s->sc, s->pr,
+                   s->g1, s->u1, s->t1, s->proj, s->zz, s->bb, s->aa, s->mix, s->o};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(s);
 }
@@ -305,17 +319,35 @@ enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_p
     if (t->layers[i].kind == 'A')
       ok = (s->kc[i] = malloc((size_t)(max_pos * KV) * 4)) && (s->vc[i] = malloc((size_t)(max_pos * KV) * 4));
     else {
-      ok = (s->conv[i] = calloc((size_t)s->nbuf, sizeof **s->conv)) && (s->rec[i] = calloc((size_t)s->nbuf, sizeof **s->rec));
+      ok = (s->conv[i] = calloc((size_t)s->nbuf, sizeof **s->conv)) &&
+           (s->rec[i] = calloc((size_t)s->nbuf, sizeof **s->rec));
       for (int b = 0; ok && b < s->nbuf; b++)
         ok = (s->conv[i][b] = calloc((size_t)(t->conv_dim * (t->Kc - 1)), 4)) &&
              (s->rec[i][b] = calloc((size_t)(t->HV * t->dk * t->dv), 4));
     }
   }
   const int64_t inter = t->inter > 0 ? t->inter : 1;
-  float **bufs[] = {&s->h, &s->a, &s->y, &s->m, &s->qg, &s->kk, &s->vv, &s->att, &s->sc, &s->pr, &s->g1, &s->u1,
-                    &s->t1, &s->proj, &s->zz, &s->bb, &s->aa, &s->mix, &s->o};
-  const int64_t sizes[] = {t->H, t->H, t->H, t->H, 2 * t->Nq * t->D, KV, KV, t->Nq * t->D, max_pos, E, inter, inter,
-                           t->H, 2 * kd + 2 * vd + 2 * t->HV, vd, t->HV, t->HV, t->conv_dim, vd};
+  float **bufs[] = {&s->h,  &s->a,  &s->y,  &s->m,    &s->qg, &s->kk, &s->vv, &s->att, &s->sc, &s->pr,
+                    &s->g1, &s->u1, &s->t1, &s->proj, &s->zz, &s->bb, &s->aa, &s->mix, &s->o};
+  const int64_t sizes[] = {t->H,
+                           t->H,
+                           t->H,
+                           t->H,
+                           2 * t->Nq * t->D,
+                           KV,
+                           KV,
+                           t->Nq * t->D,
+                           max_pos,
+                           E,
+                           inter,
+                           inter,
+                           t->H,
+                           2 * kd + 2 * vd + 2 * t->HV,
+                           vd,
+                           t->HV,
+                           t->HV,
+                           t->conv_dim,
+                           vd};
   for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
     ok = (*bufs[i] = malloc((size_t)(sizes[i] > 0 ? sizes[i] : 1) * 4)) != NULL;
   if (!ok) {
@@ -429,8 +461,10 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
   for (int64_t i = 0; i < t->L; i++) {
     const struct tlayer *l = &t->layers[i];
     rt_zcnorm(h, l->in_norm, H, t->eps, a);
-    if (l->kind == 'A') rt_cpu_attention(&l->attn, a, pos, 0, NULL, NULL, s->kc[i], s->vc[i], &as, y);
-    else gdn_step(t, l, s, i, src, dst, a, y);
+    if (l->kind == 'A')
+      rt_cpu_attention(&l->attn, a, pos, 0, NULL, NULL, s->kc[i], s->vc[i], &as, y);
+    else
+      gdn_step(t, l, s, i, src, dst, a, y);
     for (int64_t j = 0; j < H; j++) h[j] += y[j];
     rt_zcnorm(h, l->post_norm, H, t->eps, a);
     rt_cpu_mlp(&l->mlp, a, H, h, &ms, m); /* + the residual */
@@ -463,9 +497,8 @@ enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int3
   s->vbase = s->len, s->vcur = s->cur, s->vcount = 0;
   for (int i = 0; i < T; i++) {
     const int src = i ? (s->vcur + i) % s->nbuf : s->vcur, dst = (s->vcur + 1 + i) % s->nbuf;
-    enum mtpq_status st =
-        forward_one(s, tokens[i], src, dst, hidden ? hidden + (size_t)i * (size_t)H : NULL, NULL,
-                    argmax ? argmax + i : NULL, err);
+    enum mtpq_status st = forward_one(s, tokens[i], src, dst, hidden ? hidden + (size_t)i * (size_t)H : NULL, NULL,
+                                      argmax ? argmax + i : NULL, err);
     if (st) {
       s->len = s->vbase, s->cur = s->vcur; /* nothing verified */
       return st;

@@ -39,7 +39,8 @@ START_TEST(test_verify_equals_decode) {
   enum { P = 6, T = 4, N = P + T + 3 };
   int32_t x[N];
   uint64_t r = 12345 + (uint64_t)_i;
-  for (int i = 0; i < N; i++) r = r * 6364136223846793005ull + 1442695040888963407ull, x[i] = (int32_t)((r >> 33) % (uint64_t)V);
+  for (int i = 0; i < N; i++)
+    r = r * 6364136223846793005ull + 1442695040888963407ull, x[i] = (int32_t)((r >> 33) % (uint64_t)V);
   /* reference: one token at a time */
   struct mtpq_target_seq *a = NULL;
   ck_assert_int_eq(mtpq_target_seq_open(t, N, 1, &a, &err), MTPQ_OK);
@@ -69,8 +70,8 @@ START_TEST(test_verify_equals_decode) {
       const float *cb = mtpq_target_seq_gdn(b, l, &rb, &cn, &rn), *cc = mtpq_target_seq_gdn(c, l, &rc, &cn2, &rn2);
       ck_assert((cb == NULL) == (cc == NULL));
       if (!cb) continue;
-      ck_assert_msg(!memcmp(cb, cc, (size_t)cn * 4) && !memcmp(rb, rc, (size_t)rn * 4), "layer %d GDN state, j = %d",
-                    l, j);
+      ck_assert_msg(!memcmp(cb, cc, (size_t)cn * 4) && !memcmp(rb, rc, (size_t)rn * 4), "layer %d GDN state, j = %d", l,
+                    j);
     }
     mtpq_target_seq_close(c);
     for (int i = P + j + 1; i < N; i++)
