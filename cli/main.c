@@ -70,12 +70,13 @@ static const struct cli_cmd commands[] = {
      "no commit. Prints the commit URL (--json for pipelines). Needs HF_TOKEN.\n"},
     {"bench-step", "draft-step latency: stock vs quantized drafters vs the HBM floor (table)",
      "--target DIR [--drafter DIR]... [--context N]... [options]", bench_step_opts, cmd_bench_step,
-     "Times one batch-1 draft step (drafter forward + head argmax) after filling\n"
+     "Times draft steps (drafter forward + head argmax, fed back) after filling\n"
      "the drafter's KV cache with N pseudo-random positions, and prints the\n"
      "median microseconds, the bytes the step reads, achieved GB/s and % of the\n"
      "HBM bandwidth, the floor bytes/bandwidth and the speedup over stock. With\n"
      "--target-step-ms and --mal it estimates decode tokens/s as\n"
-     "MAL / (target step + k x draft step). Batch 1 only so far.\n"},
+     "MAL / (target step + k x draft step). --batch 1..8 sequences draft\n"
+     "together; --json prints the rows for tests/bench/compare.py.\n"},
     {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]", bench_quant_opts, cmd_bench_quant,
      "Times NVFP4 and FP8 quantization of a BF16 matrix on 1 thread, all\n"
      "threads and (when built with CUDA and a device is present) the GPU, and\n"
