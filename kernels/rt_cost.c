@@ -11,6 +11,7 @@ static int64_t lin_bytes(const struct lin *L) {
   case LIN_BF16: return 2 * n;
   case LIN_FP8: return n + 4;
   case LIN_NVFP4: return n / 2 + n / 16 + 4; /* E2M1 pairs + E4M3 scale per 16 + scale_2 */
+  case LIN_F32: return 4 * n;
   }
   return 0;
 }

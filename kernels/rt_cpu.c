@@ -35,6 +35,20 @@ float rt_lin_dot(const struct lin *L, int64_t r, const float *x) {
         acc[k] += mtpq_f32_from_bits((uint32_t)h << 16) * x[i + k];
       }
     for (; i < c; i++) acc[0] += rt_bf16f(w + 2 * i) * x[i];
+  } else if (L->f == LIN_F32) {
+    const unsigned char *w = L->w + (size_t)r * (size_t)c * 4;
+    int64_t i = 0;
+    for (; i + 8 <= c; i += 8)
+      for (int k = 0; k < 8; k++) {
+        float v;
+        memcpy(&v, w + 4 * (i + k), 4);
+        acc[k] += v * x[i + k];
+      }
+    for (; i < c; i++) {
+      float v;
+      memcpy(&v, w + 4 * i, 4);
+      acc[0] += v * x[i];
+    }
   } else if (L->f == LIN_FP8) {
     const unsigned char *w = L->w + (size_t)r * (size_t)c;
     int64_t i = 0;

@@ -38,6 +38,8 @@ enum mtpq_status mtpq__rt_load_lin(const struct mtpq_repo *src, const char *mod,
   L->w = w->data;
   if (w->dtype == MTPQ_DTYPE_BF16) {
     L->f = LIN_BF16, L->cols = w->shape[1];
+  } else if (w->dtype == MTPQ_DTYPE_F32) {
+    L->f = LIN_F32, L->cols = w->shape[1];
   } else if (w->dtype == MTPQ_DTYPE_F8_E4M3 && s && s->dtype == MTPQ_DTYPE_F32) {
     L->f = LIN_FP8, L->cols = w->shape[1];
     memcpy(&L->s, s->data, 4);
@@ -52,7 +54,12 @@ enum mtpq_status mtpq__rt_load_lin(const struct mtpq_repo *src, const char *mod,
 }
 
 static enum mtpq_status load_lin(struct mtpq_rt_model *d, const char *mod, struct lin *L, struct mtpq_err *err) {
-  return mtpq__rt_load_lin(d->drafter ? d->drafter : d->target, mod, L, err);
+  const struct mtpq_repo *src = d->drafter ? d->drafter : d->target;
+  enum mtpq_status st = mtpq__rt_load_lin(src, mod, L, err);
+  if (!st && L->f == LIN_F32)
+    st = mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: %s.weight is F32: the drafter takes BF16, FP8 or NVFP4 weights",
+                      mtpq_repo_dir(src), mod);
+  return st;
 }
 
 enum mtpq_status mtpq__rt_load_vec(const struct mtpq_repo *src, const char *name, int64_t n, float **out,

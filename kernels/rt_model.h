@@ -12,7 +12,9 @@
 extern "C" {
 #endif
 
-enum lin_fmt { LIN_BF16, LIN_FP8, LIN_NVFP4 };
+/* LIN_F32: float32 weights (the target's CPU reference takes them, for
+ * float32 reference checkpoints; the drafter and the CUDA backend do not) */
+enum lin_fmt { LIN_BF16, LIN_FP8, LIN_NVFP4, LIN_F32 };
 
 struct lin {
   enum lin_fmt f;

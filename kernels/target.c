@@ -31,7 +31,8 @@ struct mtpq_target {
   int64_t H, V, L, Nq, Nkv, D, rot;
   float eps, theta;
   int64_t HK, HV, dk, dv, Kc, conv_dim, inter; /* GDN sizes; the widest MLP intermediate */
-  const unsigned char *embed;                  /* BF16 [V, H] */
+  const unsigned char *embed;                  /* BF16 (or F32: embed_f32) [V, H] */
+  int embed_f32;
   struct lin head;
   float *final_norm;
   struct tlayer *layers;
@@ -229,15 +230,16 @@ enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, str
   char n[128];
   snprintf(n, sizeof n, "%sembed_tokens.weight", t->pre);
   const struct mtpq_tensor *emb = mtpq_repo_find(t->repo, n);
-  if (!emb || emb->dtype != MTPQ_DTYPE_BF16 || emb->rank != 2 || emb->shape[1] != t->H) {
-    st = mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: %s missing or not BF16 [V, %lld]", dir, n, (long long)t->H);
+  if (!emb || (emb->dtype != MTPQ_DTYPE_BF16 && emb->dtype != MTPQ_DTYPE_F32) || emb->rank != 2 ||
+      emb->shape[1] != t->H) {
+    st = mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: %s missing or not BF16/F32 [V, %lld]", dir, n, (long long)t->H);
     goto fail;
   }
-  t->embed = emb->data;
+  t->embed = emb->data, t->embed_f32 = emb->dtype == MTPQ_DTYPE_F32;
   if (mtpq_repo_find(t->repo, "lm_head.weight"))
     st = mtpq__rt_load_lin(t->repo, "lm_head", &t->head, err);
   else
-    t->head = (struct lin){LIN_BF16, emb->shape[0], t->H, emb->data, NULL, 0}; /* tied */
+    t->head = (struct lin){t->embed_f32 ? LIN_F32 : LIN_BF16, emb->shape[0], t->H, emb->data, NULL, 0}; /* tied */
   if (!st && t->head.cols != t->H)
     st = mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: the head has %lld columns, hidden size %lld", dir,
                       (long long)t->head.cols, (long long)t->H);
@@ -455,7 +457,9 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
   if (token < 0 || (int64_t)token >= t->head.rows)
     return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the vocabulary (%lld)", token, (long long)t->V);
   float *h = s->h, *a = s->a, *y = s->y, *m = s->m;
-  for (int64_t j = 0; j < H; j++) h[j] = rt_bf16f(t->embed + ((size_t)token * (size_t)H + (size_t)j) * 2);
+  if (t->embed_f32) memcpy(h, t->embed + (size_t)token * (size_t)H * 4, (size_t)H * 4);
+  else
+    for (int64_t j = 0; j < H; j++) h[j] = rt_bf16f(t->embed + ((size_t)token * (size_t)H + (size_t)j) * 2);
   const struct rt_attn_scratch as = {s->qg, s->kk, s->vv, s->att, s->sc};
   const struct rt_mlp_scratch ms = {s->pr, s->g1, s->u1, s->t1};
   for (int64_t i = 0; i < t->L; i++) {

@@ -5,9 +5,12 @@
  * numbers against independent implementations are in
  * tests/interop/test_traces.py (numpy) and the transformers fixtures. */
 #include <check.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/safetensors.h"
 #include "kernels/target.h"
 #include "testutil.h"
 
@@ -104,7 +107,8 @@ START_TEST(test_config_refusals) {
   const char *c = "{\"hidden_size\":8,\"num_attention_heads\":2,\"vocab_size\":10,\"rms_norm_eps\":1e-6,"
                   "\"num_hidden_layers\":2,\"head_dim\":8,\"layer_types\":[\"linear_attention\",\"full_attention\"]}";
   tu_write(cfg, c, strlen(c));
-  tu_write_st(tu_path(dir, "model.safetensors"),
+  char *st = tu_path(dir, "model.safetensors");
+  tu_write_st(st,
               "{\"model.embed_tokens.weight\":{\"dtype\":\"BF16\",\"shape\":[10,8],\"data_offsets\":[0,160]}}", 160);
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
@@ -116,7 +120,60 @@ START_TEST(test_config_refusals) {
   ck_assert_int_eq(mtpq_target_open(dir, &t, &err), MTPQ_E_CONFIG_FIELD);
   ck_assert_msg(strstr(err.msg, "layer_types[1] is \"mamba\""), "%s", err.msg);
   tu_rmtree(dir);
-  free(cfg), free(dir);
+  free(cfg), free(st), free(dir);
+}
+END_TEST
+
+/* Against transformers (float32, testdata/target/fx-*, made by
+ * tests/bench/make_target_fixtures.py): the logits of a 64-token prefill
+ * and of 16 greedy decode steps within relative error 1e-5 with every
+ * argmax equal, and the final-norm hidden states. (The fixtures hold no GDN
+ * states: transformers 5.17's cache did not give them to the script.) */
+static const char *fx[] = {MTPQ_TESTDATA "/target/fx-qwen3next", MTPQ_TESTDATA "/target/fx-qwen35moe",
+                           MTPQ_TESTDATA "/target/fx-qwen35dense"};
+
+static double relerr(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+  return sqrt(num / den);
+}
+
+START_TEST(test_transformers_fixtures) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_msg(mtpq_target_open(fx[_i], &t, &err) == MTPQ_OK, "%s", err.msg);
+  char rp[512];
+  snprintf(rp, sizeof rp, "%s/ref.safetensors", fx[_i]);
+  struct mtpq_st_file *r = NULL;
+  ck_assert_int_eq(mtpq_st_open(rp, &r, &err), MTPQ_OK);
+  const struct mtpq_tensor *ids = mtpq_st_find(r, "ids"), *pl = mtpq_st_find(r, "prefill_logits"),
+                           *dl = mtpq_st_find(r, "decode_logits"), *hid = mtpq_st_find(r, "hidden");
+  ck_assert(ids && pl && dl && hid);
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), P = pl->shape[0], N = dl->shape[0];
+  ck_assert_int_eq(pl->shape[1], V);
+  struct mtpq_target_seq *s = NULL;
+  ck_assert_int_eq(mtpq_target_seq_open(t, P + N, 1, &s, &err), MTPQ_OK);
+  float *lg = malloc((size_t)((P + N) * V) * 4), *hs = malloc((size_t)((P + N) * H) * 4);
+  int64_t id[256];
+  memcpy(id, ids->data, (size_t)(P + N) * 8);
+  int32_t am = 0, argmax_bad = 0;
+  for (int64_t p = 0; p < P + N; p++) {
+    ck_assert_int_eq(mtpq_target_step(s, (int32_t)id[p], hs + p * H, lg + p * V, &am, &err), MTPQ_OK);
+    const float *ref = p < P ? (const float *)pl->data + p * V : (const float *)dl->data + (p - P) * V;
+    int64_t ra = 0;
+    for (int64_t v = 1; v < V; v++) ra = ref[v] > ref[ra] ? v : ra;
+    argmax_bad += ra != am;
+  }
+  double ep = relerr(lg, pl->data, (size_t)(P * V)), ed = relerr(lg + P * V, dl->data, (size_t)(N * V));
+  double eh = relerr(hs, hid->data, (size_t)((P + N) * H));
+  printf("%s: prefill logits rel. error %.2e, decode %.2e, hidden %.2e, argmax differences %d of %lld\n", fx[_i], ep,
+         ed, eh, argmax_bad, (long long)(P + N));
+  ck_assert_msg(ep < 1e-5 && ed < 1e-5 && eh < 1e-5, "%s: %.3g %.3g %.3g", fx[_i], ep, ed, eh);
+  ck_assert_int_eq(argmax_bad, 0);
+  free(lg), free(hs);
+  mtpq_target_seq_close(s);
+  mtpq_st_close(r);
+  mtpq_target_close(t);
 }
 END_TEST
 
@@ -126,6 +183,7 @@ int main(void) {
   tcase_add_test(tc, test_layer_stacks);
   tcase_add_loop_test(tc, test_verify_equals_decode, 0, 3);
   tcase_add_test(tc, test_config_refusals);
+  tcase_add_loop_test(tc, test_transformers_fixtures, 0, 3);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
