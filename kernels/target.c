@@ -457,7 +457,8 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
   if (token < 0 || (int64_t)token >= t->head.rows)
     return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the vocabulary (%lld)", token, (long long)t->V);
   float *h = s->h, *a = s->a, *y = s->y, *m = s->m;
-  if (t->embed_f32) memcpy(h, t->embed + (size_t)token * (size_t)H * 4, (size_t)H * 4);
+  if (t->embed_f32)
+    memcpy(h, t->embed + (size_t)token * (size_t)H * 4, (size_t)H * 4);
   else
     for (int64_t j = 0; j < H; j++) h[j] = rt_bf16f(t->embed + ((size_t)token * (size_t)H + (size_t)j) * 2);
   const struct rt_attn_scratch as = {s->qg, s->kk, s->vv, s->att, s->sc};

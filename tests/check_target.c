@@ -108,8 +108,8 @@ START_TEST(test_config_refusals) {
                   "\"num_hidden_layers\":2,\"head_dim\":8,\"layer_types\":[\"linear_attention\",\"full_attention\"]}";
   tu_write(cfg, c, strlen(c));
   char *st = tu_path(dir, "model.safetensors");
-  tu_write_st(st,
-              "{\"model.embed_tokens.weight\":{\"dtype\":\"BF16\",\"shape\":[10,8],\"data_offsets\":[0,160]}}", 160);
+  tu_write_st(st, "{\"model.embed_tokens.weight\":{\"dtype\":\"BF16\",\"shape\":[10,8],\"data_offsets\":[0,160]}}",
+              160);
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
   ck_assert_int_eq(mtpq_target_open(dir, &t, &err), MTPQ_E_CONFIG_FIELD);
