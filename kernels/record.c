@@ -180,7 +180,8 @@ enum mtpq_status mtpq_prompts_read(const char *path, struct mtpq_tokenizer *tok,
         free(text);
         cJSON_Delete(o);
       }
-      s += n + 1;
+      if (!e) break;
+      s = e + 1;
     }
   } else {
     struct idbuf b = {0};
