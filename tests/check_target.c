@@ -11,7 +11,10 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "kernels/decode.h"
+#include "quant/drafter.h"
 #include "kernels/target.h"
+#include "kernels/traces.h"
 #include "testutil.h"
 
 static const char *models[] = {MTPQ_TESTDATA "/target/hybrid-next", MTPQ_TESTDATA "/target/hybrid-35",
@@ -177,6 +180,70 @@ START_TEST(test_transformers_fixtures) {
 }
 END_TEST
 
+/* The live greedy loop (kernels/decode.h) is lossless: with the tiny
+ * model's stock drafter and an mtpq drafter of it (FP8 linears, NVFP4
+ * experts, a reduced FP8 head of every 2nd id, written here by the
+ * library), at k = 1..4, speculative output equals plain greedy output
+ * token for token, and every round's tokens are accounted for. */
+START_TEST(test_greedy_lossless) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
+  /* the quantized drafter */
+  char *dir = tu_scratch(), *ids = tu_path(dir, "ids.safetensors"), *qd = tu_path(dir, "q");
+  struct mtpq_st_writer *w = NULL;
+  int64_t nid = 75834, shape[1] = {75834};
+  int64_t *iv = malloc((size_t)nid * 8);
+  for (int64_t i = 0; i < nid; i++) iv[i] = 2 * i;
+  ck_assert(!mtpq_stw_init(ids, &w, &err) && !mtpq_stw_add(w, "ids", MTPQ_DTYPE_I64, 1, shape, &err) &&
+            !mtpq_stw_begin(w, &err) && !mtpq_stw_write_all(w, "ids", iv, (uint64_t)nid * 8, &err) &&
+            !mtpq_stw_commit(w, &err));
+  mtpq_stw_free(w);
+  free(iv);
+  struct mtpq_drafter_params dp = mtpq_drafter_default_params();
+  dp.target = models[2], dp.vocab_ids = ids, dp.out = qd, dp.expert_input_scale = 0.1667;
+  struct mtpq_plan *pl = NULL;
+  ck_assert_msg(!mtpq_drafter_plan(&dp, &pl, &err) && !mtpq_drafter_write(&dp, pl, NULL, NULL, &err), "%s", err.msg);
+  mtpq_plan_free(pl);
+  struct mtpq_rt_model *drs[2] = {NULL, NULL};
+  ck_assert_msg(mtpq_rt_model_open(models[2], NULL, &drs[0], &err) == MTPQ_OK, "%s", err.msg);
+  ck_assert_msg(mtpq_rt_model_open(models[2], qd, &drs[1], &err) == MTPQ_OK, "%s", err.msg);
+  struct mtpq_traces *tr = NULL;
+  ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
+  enum { P = 40, NEW = 24 };
+  for (size_t q = 0; q < 2; q++) {
+    const struct mtpq_trace *x = mtpq_traces_at(tr, q * 12); /* one code, one prose prompt */
+    int32_t prompt[P], plain[P + NEW], spec[P + NEW];
+    memcpy(prompt, x->tokens + 192 - P, sizeof prompt);
+    ck_assert_int_eq(mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt, P, NEW, 0, plain, NULL, NULL, NULL, &err),
+                     MTPQ_OK);
+    for (int k = 1; k <= 8; k++) {
+      struct mtpq_accept_stats st;
+      const int q8 = k > 4; /* k 5..8: the quantized drafter at k - 4 */
+      const int kk = q8 ? k - 4 : k;
+      ck_assert_msg(mtpq_decode_greedy(t, drs[q8], MTPQ_BACKEND_CPU, prompt, P, NEW, kk, spec, &st, NULL, NULL, &err) ==
+                        MTPQ_OK,
+                    "%s", err.msg);
+      ck_assert_msg(!memcmp(plain, spec, sizeof plain),
+                    "%s, %s drafter, k = %d: speculative output differs from greedy", x->name, q8 ? "mtpq" : "stock",
+                    kk);
+      uint64_t acc = 0;
+      for (int i = 0; i < kk; i++) acc += st.accepted[i];
+      /* each round commits its accepted drafts and one token of the target's (the last maybe cut by the end) */
+      ck_assert_uint_le(NEW - 1, acc + st.drafts);
+      ck_assert_uint_ge(NEW, acc + st.drafts - 1);
+      printf("%s, %s drafter, k = %d: %llu rounds, MAL %.3f, output equal to plain greedy\n", x->name,
+             q8 ? "mtpq" : "stock", kk, (unsigned long long)st.drafts, mtpq_accept_mal(&st));
+    }
+  }
+  mtpq_traces_close(tr);
+  mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
+  mtpq_target_close(t);
+  tu_rmtree(dir);
+  free(ids), free(qd), free(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("target");
   TCase *tc = tcase_create("target");
@@ -184,6 +251,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_verify_equals_decode, 0, 3);
   tcase_add_test(tc, test_config_refusals);
   tcase_add_loop_test(tc, test_transformers_fixtures, 0, 3);
+  tcase_add_test(tc, test_greedy_lossless);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

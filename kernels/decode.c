@@ -1,0 +1,86 @@
+/* The live greedy draft/verify loop; see kernels/decode.h. */
+#include "kernels/decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/util.h"
+
+enum mtpq_status mtpq_decode_greedy(const struct mtpq_target *t, struct mtpq_rt_model *drafter,
+                                    enum mtpq_backend be, const int32_t *prompt, int64_t P, int64_t n_new, int k,
+                                    int32_t *x, struct mtpq_accept_stats *st, double *target_s, double *draft_s,
+                                    struct mtpq_err *err) {
+  if (P < 1 || n_new < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P,
+                                             (long long)n_new);
+  if (drafter && (k < 1 || k > MTPQ_MAX_K || k + 1 > MTPQ_TARGET_MAX_VERIFY))
+    return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d", k, MTPQ_MAX_K);
+  if (drafter && mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t))
+    return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "the drafter's hidden size %lld is not the target's %lld",
+                        (long long)mtpq_rt_model_hidden(drafter), (long long)mtpq_target_hidden(t));
+  const int64_t N = P + n_new, H = mtpq_target_hidden(t);
+  struct mtpq_accept_stats acc = {0};
+  acc.k = k;
+  double ts = 0, ds = 0;
+  memcpy(x, prompt, (size_t)P * sizeof *x);
+  struct mtpq_target_seq *s = NULL;
+  struct mtpq_session *dr = NULL;
+  float *h = malloc((size_t)(N * H) * sizeof *h), *out = malloc((size_t)(N * H) * sizeof *out);
+  int32_t *tok = malloc((size_t)N * sizeof *tok);
+  int64_t *pos = malloc((size_t)N * sizeof *pos);
+  enum mtpq_status rc = !h || !out || !tok || !pos ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory") : MTPQ_OK;
+  if (!rc) rc = mtpq_target_seq_open(t, N, drafter ? k + 1 : 1, &s, err);
+  if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
+  /* the prompt: its hidden states, and the target's first token */
+  double t0 = mtpq__now();
+  for (int64_t p = 0; !rc && p < P; p++)
+    rc = mtpq_target_step(s, x[p], h + p * H, NULL, p == P - 1 ? &x[P] : NULL, err);
+  ts += mtpq__now() - t0;
+  int64_t c = P, from = 0;
+  while (!rc && c < N - 1) {
+    if (!drafter) { /* the target alone: x[c] in, x[c + 1] out */
+      t0 = mtpq__now();
+      rc = mtpq_target_step(s, x[c], h + c * H, NULL, &x[c + 1], err);
+      ts += mtpq__now() - t0, c++;
+      continue;
+    }
+    /* the drafter catches up on (h[t], x[t + 1]) at t = from .. c - 1, then drafts */
+    t0 = mtpq__now();
+    const int64_t m = c - from;
+    for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = from + i;
+    rc = mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
+    const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
+    int32_t d[MTPQ_MAX_K + 1];
+    if (!rc) mtpq_session_head(dr, out + (m - 1) * H, &d[0], NULL);
+    if (!rc && keff > 1) {
+      int64_t p1 = c;
+      rc = mtpq_session_draft(dr, 1, &d[0], out + (m - 1) * H, &p1, keff - 1, d + 1, err);
+    }
+    ds += mtpq__now() - t0;
+    if (rc) break;
+    /* the target verifies [x[c], d0 .. d(keff-1)] at c .. c + keff */
+    int32_t v[MTPQ_MAX_K + 1], a[MTPQ_MAX_K + 1];
+    v[0] = x[c];
+    memcpy(v + 1, d, (size_t)keff * sizeof *v);
+    t0 = mtpq__now();
+    rc = mtpq_target_verify(s, keff + 1, v, h + c * H, a, err);
+    int j = 0;
+    while (!rc && j < keff && d[j] == a[j]) j++;
+    if (!rc) rc = mtpq_target_accept(s, j, err);
+    ts += mtpq__now() - t0;
+    if (rc) break;
+    for (int i = 0; i < j; i++) x[c + 1 + i] = d[i];
+    if (c + 1 + j < N) x[c + 1 + j] = a[j]; /* the target's own token after the accepted drafts */
+    acc.drafts++, acc.draft_tokens += (uint64_t)keff;
+    for (int i = 0; i < j; i++) acc.accepted[i]++;
+    for (int i = 0; i <= j && i < keff; i++) acc.reached[i]++;
+    from = c, c += j + 1;
+  }
+  acc.draft_s = ds;
+  if (st) *st = acc;
+  if (target_s) *target_s = ts;
+  if (draft_s) *draft_s = ds;
+  mtpq_session_close(dr);
+  mtpq_target_seq_close(s);
+  free(h), free(out), free(tok), free(pos);
+  return rc;
+}
