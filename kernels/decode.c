@@ -6,12 +6,12 @@
 
 #include "io/util.h"
 
-enum mtpq_status mtpq_decode_greedy(const struct mtpq_target *t, struct mtpq_rt_model *drafter,
-                                    enum mtpq_backend be, const int32_t *prompt, int64_t P, int64_t n_new, int k,
-                                    int32_t *x, struct mtpq_accept_stats *st, double *target_s, double *draft_s,
+enum mtpq_status mtpq_decode_greedy(const struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                    const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *x,
+                                    struct mtpq_accept_stats *st, double *target_s, double *draft_s,
                                     struct mtpq_err *err) {
-  if (P < 1 || n_new < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P,
-                                             (long long)n_new);
+  if (P < 1 || n_new < 1)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P, (long long)n_new);
   if (drafter && (k < 1 || k > MTPQ_MAX_K || k + 1 > MTPQ_TARGET_MAX_VERIFY))
     return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d", k, MTPQ_MAX_K);
   if (drafter && mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t))
