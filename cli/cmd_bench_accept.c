@@ -12,7 +12,6 @@
 #include "kernels/record.h"
 #include "kernels/target.h"
 #include "kernels/traces.h"
-#include "vocab/tokenizer.h"
 
 const struct cli_opt bench_accept_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
@@ -98,21 +97,11 @@ static int write_svg(const char *path, const struct result *r, int nr, int k) {
 static int record_traces(const char *target, const char *const *files, int nf, int64_t n_new, int k, const char *out) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
-  struct mtpq_tokenizer *tok = NULL;
   struct mtpq_prompts p = {0};
   enum mtpq_status st = mtpq_target_open(target, &t, &err);
-  for (int i = 0; i < nf && !st; i++) {
-    size_t fl = strlen(files[i]);
-    if (!tok && !(fl > 12 && !strcmp(files[i] + fl - 12, ".safetensors"))) {
-      char tp[4096];
-      snprintf(tp, sizeof tp, "%s/tokenizer.json", target);
-      st = mtpq_tokenizer_load(tp, &tok, &err);
-    }
-    if (!st) st = mtpq_prompts_read(files[i], tok, "text", 0, 0, &p, &err);
-  }
+  if (!st) st = mtpq_prompts_read_files(files, nf, target, NULL, "text", 0, 0, &p, &err);
   if (!st) st = mtpq_traces_record(t, &p, n_new, k, out, NULL, NULL, &err);
   mtpq_prompts_free(&p);
-  mtpq_tokenizer_free(tok);
   mtpq_target_close(t);
   return st ? cli_fail(st, &err) : 0;
 }

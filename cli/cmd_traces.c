@@ -10,7 +10,6 @@
 #include "cli/cli.h"
 #include "kernels/record.h"
 #include "kernels/target.h"
-#include "vocab/tokenizer.h"
 
 const struct cli_opt traces_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (config.json, safetensors; required)"},
@@ -58,22 +57,11 @@ int cmd_traces(int argc, char **argv) {
   struct mtpq_target *t = NULL;
   enum mtpq_status st = mtpq_target_open(target, &t, &err);
   if (st) return cli_fail(st, &err);
-  struct mtpq_tokenizer *tok = NULL;
   struct mtpq_prompts p = {0};
   const char *field = cli_str(traces_opts, &a, "text-field");
-  for (int i = 0; i < a.set[ip] && !st; i++) {
-    const char *f = a.multi[ip][i];
-    size_t fl = strlen(f);
-    if (!tok && !(fl > 12 && !strcmp(f + fl - 12, ".safetensors"))) { /* text: the tokenizer, loaded once */
-      const char *tp = cli_str(traces_opts, &a, "tokenizer");
-      char def[4096];
-      snprintf(def, sizeof def, "%s/tokenizer.json", target);
-      st = mtpq_tokenizer_load(tp ? tp : def, &tok, &err);
-    }
-    if (!st)
-      st = mtpq_prompts_read(f, tok, field ? field : "text", cli_has(traces_opts, &a, "chat"),
-                             (int64_t)cli_uint(traces_opts, &a, "prompt-len", 0), &p, &err);
-  }
+  st = mtpq_prompts_read_files(a.multi[ip], a.set[ip], target, cli_str(traces_opts, &a, "tokenizer"),
+                               field ? field : "text", cli_has(traces_opts, &a, "chat"),
+                               (int64_t)cli_uint(traces_opts, &a, "prompt-len", 0), &p, &err);
   double t0 = cli_now_s();
   if (!st) st = mtpq_traces_record(t, &p, n_new, k, out, progress, NULL, &err);
   double sec = cli_now_s() - t0;
@@ -98,7 +86,6 @@ int cmd_traces(int argc, char **argv) {
     }
   }
   mtpq_prompts_free(&p);
-  mtpq_tokenizer_free(tok);
   mtpq_target_close(t);
   return rc;
 }

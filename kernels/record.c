@@ -198,6 +198,23 @@ enum mtpq_status mtpq_prompts_read(const char *path, struct mtpq_tokenizer *tok,
   return st;
 }
 
+enum mtpq_status mtpq_prompts_read_files(const char *const *files, int n, const char *target_dir, const char *tokenizer,
+                                         const char *text_field, int chat, int64_t prompt_len, struct mtpq_prompts *p,
+                                         struct mtpq_err *err) {
+  struct mtpq_tokenizer *tok = NULL;
+  enum mtpq_status st = MTPQ_OK;
+  for (int i = 0; i < n && !st; i++) {
+    if (!tok && !ends(files[i], ".safetensors")) { /* text: the tokenizer, loaded once */
+      char def[4096];
+      snprintf(def, sizeof def, "%s/tokenizer.json", target_dir);
+      st = mtpq_tokenizer_load(tokenizer ? tokenizer : def, &tok, err);
+    }
+    if (!st) st = mtpq_prompts_read(files[i], tok, text_field, chat, prompt_len, p, err);
+  }
+  mtpq_tokenizer_free(tok);
+  return st;
+}
+
 enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mtpq_prompts *p, int64_t n_new, int k,
                                     const char *out, mtpq_record_progress_fn progress, void *ctx,
                                     struct mtpq_err *err) {

@@ -41,6 +41,12 @@ struct mtpq_prompts {
 enum mtpq_status mtpq_prompts_read(const char *path, struct mtpq_tokenizer *tok, const char *text_field, int chat,
                                    int64_t prompt_len, struct mtpq_prompts *p, struct mtpq_err *err);
 void mtpq_prompts_free(struct mtpq_prompts *p);
+/* mtpq_prompts_read over n files; the tokenizer (tokenizer, else
+ * TARGET_DIR/tokenizer.json) is loaded once, and only when a file holds
+ * text. */
+enum mtpq_status mtpq_prompts_read_files(const char *const *files, int n, const char *target_dir, const char *tokenizer,
+                                         const char *text_field, int chat, int64_t prompt_len, struct mtpq_prompts *p,
+                                         struct mtpq_err *err);
 
 /* Greedy continuation of every prompt by n_new tokens; the traces file at
  * out (written whole and renamed into place: nothing half-written) holds
