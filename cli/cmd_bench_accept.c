@@ -92,15 +92,16 @@ static int write_svg(const char *path, const struct result *r, int nr, int k) {
   return fclose(f);
 }
 
-/* --prompts: the traces recorded by the target on the CPU reference backend
+/* --prompts: the traces recorded by the target on backend be
  * (kernels/record.h), text prompts tokenized with the target's tokenizer */
-static int record_traces(const char *target, const char *const *files, int nf, int64_t n_new, int k, const char *out) {
+static int record_traces(const char *target, enum mtpq_backend be, const char *const *files, int nf, int64_t n_new,
+                         int k, const char *out) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
   struct mtpq_prompts p = {0};
   enum mtpq_status st = mtpq_target_open(target, &t, &err);
   if (!st) st = mtpq_prompts_read_files(files, nf, target, NULL, "text", 0, 0, &p, &err);
-  if (!st) st = mtpq_traces_record(t, &p, n_new, k, out, NULL, NULL, &err);
+  if (!st) st = mtpq_traces_record(t, be, &p, n_new, k, out, NULL, NULL, &err);
   mtpq_prompts_free(&p);
   mtpq_target_close(t);
   return st ? cli_fail(st, &err) : 0;
@@ -115,6 +116,9 @@ int cmd_bench_accept(int argc, char **argv) {
   const int ipr = cli_opt_index(bench_accept_opts, "prompts");
   if (!target || (!traces) == (!a.set[ipr]) || a.npos)
     return cli_usage_error(cmd, "--target and one of --traces or --prompts are required");
+  enum mtpq_backend be;
+  int brc = cli_backend(cmd, cli_str(bench_accept_opts, &a, "backend"), &be);
+  if (brc) return brc;
   char made[64] = "";
   if (!traces) { /* record them first, into a temporary file removed at the end */
     const char *tmp = getenv("TMPDIR");
@@ -126,7 +130,7 @@ int cmd_bench_accept(int argc, char **argv) {
     }
     close(fd);
     int rrc =
-        record_traces(target, a.multi[ipr], a.set[ipr], (int64_t)cli_uint(bench_accept_opts, &a, "new-tokens", 96),
+        record_traces(target, be, a.multi[ipr], a.set[ipr], (int64_t)cli_uint(bench_accept_opts, &a, "new-tokens", 96),
                       (int)cli_uint(bench_accept_opts, &a, "k", 3), made);
     if (rrc) {
       unlink(made);
@@ -157,13 +161,6 @@ int cmd_bench_accept(int argc, char **argv) {
     mtpq_traces_close(tf);
     if (made[0]) unlink(made);
     return cli_usage_error(cmd, "-k must be 1..%d", MTPQ_MAX_K);
-  }
-  enum mtpq_backend be;
-  int brc = cli_backend(cmd, cli_str(bench_accept_opts, &a, "backend"), &be);
-  if (brc) {
-    mtpq_traces_close(tf);
-    if (made[0]) unlink(made);
-    return brc;
   }
   if (be == MTPQ_BACKEND_CUDA && cli_verbosity >= 2) {
     char settings[512];

@@ -24,6 +24,7 @@ const struct cli_opt traces_opts[] = {
     {"k", 'k', OPT_UINT, 0, "N", "draft tokens a round, the k recorded for bench-acceptance (default 3)"},
     {"out", 'o', OPT_STR, 0, "FILE", "the traces file to write (required)"},
     {"force", 'f', OPT_FLAG, 0, NULL, "replace --out if it exists"},
+    {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
     {"json", 0, OPT_FLAG, 0, NULL, "print a JSON summary"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
@@ -48,6 +49,9 @@ int cmd_traces(int argc, char **argv) {
   const int k = (int)cli_uint(traces_opts, &a, "k", 3);
   if (n_new < 1 || n_new > 1000000) return cli_usage_error(cmd, "--new-tokens must be 1..1000000");
   if (k < 1 || k > 16) return cli_usage_error(cmd, "-k must be 1..16");
+  enum mtpq_backend be;
+  int brc = cli_backend(cmd, cli_str(traces_opts, &a, "backend"), &be);
+  if (brc) return brc;
   struct stat sb;
   if (!cli_has(traces_opts, &a, "force") && stat(out, &sb) == 0) {
     cli_error("%s exists; pass --force to replace it", out);
@@ -63,7 +67,7 @@ int cmd_traces(int argc, char **argv) {
                                field ? field : "text", cli_has(traces_opts, &a, "chat"),
                                (int64_t)cli_uint(traces_opts, &a, "prompt-len", 0), &p, &err);
   double t0 = cli_now_s();
-  if (!st) st = mtpq_traces_record(t, &p, n_new, k, out, progress, NULL, &err);
+  if (!st) st = mtpq_traces_record(t, be, &p, n_new, k, out, progress, NULL, &err);
   double sec = cli_now_s() - t0;
   int rc = st ? cli_fail(st, &err) : 0;
   if (!rc) {
@@ -76,13 +80,14 @@ int cmd_traces(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "tokens", (double)tokens);
       cJSON_AddNumberToObject(o, "new_tokens", (double)n_new);
       cJSON_AddNumberToObject(o, "seconds", sec);
+      cJSON_AddStringToObject(o, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
       char *s = cJSON_Print(o);
       puts(s);
       free(s);
       cJSON_Delete(o);
     } else {
-      printf("%s: %zu traces, %lld tokens (%lld generated each), %.1f s on the CPU reference backend\n", out, p.n,
-             (long long)tokens, (long long)n_new, sec);
+      printf("%s: %zu traces, %lld tokens (%lld generated each), %.1f s on the %s backend\n", out, p.n,
+             (long long)tokens, (long long)n_new, sec, be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference");
     }
   }
   mtpq_prompts_free(&p);

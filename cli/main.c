@@ -77,6 +77,15 @@ static const struct cli_cmd commands[] = {
      "--target-step-ms and --mal it estimates decode tokens/s as\n"
      "MAL / (target step + k x draft step). --batch 1..8 sequences draft\n"
      "together; --json prints the rows for tests/bench/compare.py.\n"},
+    {"bench-target", "target decode/verify step and prefill vs the HBM floor (table)",
+     "(--target DIR | --synthetic qwen3-next-80b) [--context N]... [--verify T]... [options]", bench_target_opts,
+     cmd_bench_target,
+     "Times the target model's decode step (one token) and verify steps (T\n"
+     "tokens in one forward, the state of each kept) at each context, and the\n"
+     "prefill rate of a prompt, with the bytes a step reads at the least and\n"
+     "the floor bytes / HBM bandwidth. --synthetic makes a target with random\n"
+     "weights in memory (no files): qwen3-next-80b is Qwen3-Next-80B-A3B's shape\n"
+     "in NVIDIA's NVFP4 layout (about 50 GB of device memory).\n"},
     {"bench-quant", "quantization throughput: mtpq CPU/GPU (table)", "[options]", bench_quant_opts, cmd_bench_quant,
      "Times NVFP4 and FP8 quantization of a BF16 matrix on 1 thread, all\n"
      "threads and (when built with CUDA and a device is present) the GPU, and\n"

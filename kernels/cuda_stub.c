@@ -45,6 +45,34 @@ enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, flo
   (void)g, (void)hidden, (void)tok, (void)logits;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
+
+#include "kernels/target_cuda.h"
+
+enum mtpq_status mtpq__tcuda_load(struct mtpq_target *t, struct mtpq_err *err) {
+  (void)t;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+void mtpq__tcuda_free(struct mtpq_target *t) { (void)t; }
+enum mtpq_status mtpq__tcuda_seq_open(struct mtpq_target *t, int64_t max_pos, int nbuf, void **out,
+                                      struct mtpq_err *err) {
+  (void)t, (void)max_pos, (void)nbuf;
+  *out = NULL;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+void mtpq__tcuda_seq_close(void *s) { (void)s; }
+enum mtpq_status mtpq__tcuda_forward(void *s, int T, const int32_t *tokens, int64_t pos0, int cur, int head,
+                                     float *hidden, float *logits, int32_t *argmax, struct mtpq_err *err) {
+  (void)s, (void)T, (void)tokens, (void)pos0, (void)cur, (void)head, (void)hidden, (void)logits, (void)argmax;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+enum mtpq_status mtpq__tcuda_seq_gdn(void *s, int layer, int slot, float *conv, float *rec, struct mtpq_err *err) {
+  (void)s, (void)layer, (void)slot, (void)conv, (void)rec;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+double mtpq__tcuda_last_us(void *s) {
+  (void)s;
+  return -1;
+}
 #else
 typedef int mtpq_cuda_stub_unused; /* ISO C forbids an empty translation unit */
 #endif

@@ -6,7 +6,7 @@
 
 #include "io/util.h"
 
-enum mtpq_status mtpq_decode_greedy(const struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *x,
                                     struct mtpq_accept_stats *st, double *target_s, double *draft_s,
                                     struct mtpq_err *err) {
@@ -28,7 +28,7 @@ enum mtpq_status mtpq_decode_greedy(const struct mtpq_target *t, struct mtpq_rt_
   int32_t *tok = malloc((size_t)N * sizeof *tok);
   int64_t *pos = malloc((size_t)N * sizeof *pos);
   enum mtpq_status rc = !h || !out || !tok || !pos ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory") : MTPQ_OK;
-  if (!rc) rc = mtpq_target_seq_open(t, N, drafter ? k + 1 : 1, &s, err);
+  if (!rc) rc = mtpq_target_seq_open(t, be, N, drafter ? k + 1 : 1, &s, err);
   if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
   /* the prompt: its hidden states, and the target's first token */
   double t0 = mtpq__now();

@@ -25,7 +25,7 @@
  * speculation (the target alone, a token a step). st (may be NULL):
  * rounds, drafted and accepted tokens per position, as bench-acceptance
  * counts them; target_s / draft_s (may be NULL): seconds in each. */
-enum mtpq_status mtpq_decode_greedy(const struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *out,
                                     struct mtpq_accept_stats *st, double *target_s, double *draft_s,
                                     struct mtpq_err *err);

@@ -215,8 +215,8 @@ enum mtpq_status mtpq_prompts_read_files(const char *const *files, int n, const 
   return st;
 }
 
-enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mtpq_prompts *p, int64_t n_new, int k,
-                                    const char *out, mtpq_record_progress_fn progress, void *ctx,
+enum mtpq_status mtpq_traces_record(struct mtpq_target *t, enum mtpq_backend be, const struct mtpq_prompts *p,
+                                    int64_t n_new, int k, const char *out, mtpq_record_progress_fn progress, void *ctx,
                                     struct mtpq_err *err) {
   if (p->n == 0) return mtpq_err_set(err, MTPQ_E_INVAL, "no prompts");
   if (n_new < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "%lld tokens to generate", (long long)n_new);
@@ -266,7 +266,7 @@ enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mt
     struct mtpq_target_seq *s = NULL;
     int32_t *ids = malloc((size_t)N * sizeof *ids);
     if (!ids) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-    if (!st) st = mtpq_target_seq_open(t, N, 1, &s, err);
+    if (!st) st = mtpq_target_seq_open(t, be, N, 1, &s, err);
     if (!st) memcpy(ids, x->ids, (size_t)x->n * sizeof *ids);
     snprintf(nm, sizeof nm, "%s.hidden", x->name);
     for (int64_t pos = 0; !st && pos < N; pos++) {

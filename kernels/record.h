@@ -55,7 +55,8 @@ enum mtpq_status mtpq_prompts_read_files(const char *const *files, int n, const 
  * (when every prompt has one length) and how it was made. progress (may be
  * NULL) is called after each prompt. */
 typedef void (*mtpq_record_progress_fn)(void *ctx, size_t done, size_t total, int64_t tokens);
-enum mtpq_status mtpq_traces_record(const struct mtpq_target *t, const struct mtpq_prompts *p, int64_t n_new, int k,
-                                    const char *out, mtpq_record_progress_fn progress, void *ctx, struct mtpq_err *err);
+enum mtpq_status mtpq_traces_record(struct mtpq_target *t, enum mtpq_backend be, const struct mtpq_prompts *p,
+                                    int64_t n_new, int k, const char *out, mtpq_record_progress_fn progress, void *ctx,
+                                    struct mtpq_err *err);
 
 #endif

@@ -11,35 +11,13 @@
 #include "io/repo.h"
 #include "kernels/rt_cpu.h"
 #include "kernels/rt_model.h"
-
-struct tlayer {
-  char kind;                  /* 'A' / 'L' */
-  float *in_norm, *post_norm; /* (1 + w) norms, [H] */
-  struct rt_attn attn;        /* 'A' */
-  /* 'L': Qwen3-Next's interleaved projections (qkvz.w set), or Qwen3.5's */
-  struct lin qkvz, ba, qkv, z, b, a, out;
-  float *conv_w;                  /* [conv_dim][K] */
-  float *dt_bias, *A_log, *gnorm; /* [HV], [HV], [dv] (the gated norm's w, used as is) */
-  struct rt_mlp mlp;
-  struct lin *experts; /* owned: eg, eu, ed of E experts, one array */
-};
-
-struct mtpq_target {
-  struct mtpq_repo *repo;
-  struct mtpq_model_config cfg;
-  char pre[32]; /* "model." or "model.language_model." */
-  int64_t H, V, L, Nq, Nkv, D, rot;
-  float eps, theta;
-  int64_t HK, HV, dk, dv, Kc, conv_dim, inter; /* GDN sizes; the widest MLP intermediate */
-  const unsigned char *embed;                  /* BF16 (or F32: embed_f32) [V, H] */
-  int embed_f32;
-  struct lin head;
-  float *final_norm;
-  struct tlayer *layers;
-};
+#include "kernels/target_model.h"
+#include "kernels/target_cuda.h"
 
 struct mtpq_target_seq {
   const struct mtpq_target *t;
+  void *gpu;                 /* the CUDA backend's sequence (kernels/target_cuda.h), or NULL: the CPU reference */
+  float *gdn_conv, *gdn_rec; /* CUDA: mtpq_target_seq_gdn's host copies */
   int64_t max_pos, len;
   float **kc, **vc; /* per layer, NULL where the layer has none */
   /* GDN state, per layer: nbuf buffers (conv [conv_dim][K - 1], rec
@@ -180,6 +158,7 @@ static enum mtpq_status load_gdn(struct mtpq_target *t, int64_t i, struct tlayer
 
 void mtpq_target_close(struct mtpq_target *t) {
   if (!t) return;
+  if (t->gpu) mtpq__tcuda_free(t);
   for (int64_t i = 0; t->layers && i < t->L; i++) {
     struct tlayer *l = &t->layers[i];
     free(l->in_norm), free(l->post_norm), free((void *)l->attn.qn), free((void *)l->attn.kn);
@@ -187,9 +166,42 @@ void mtpq_target_close(struct mtpq_target *t) {
   }
   free(t->layers);
   free(t->final_norm);
+  mtpq__target_synth_free(t->synth);
   mtpq_config_free(&t->cfg);
   mtpq_repo_close(t->repo);
   free(t);
+}
+
+/* the sizes from the config, checked (dir names the model in errors) */
+enum mtpq_status mtpq__target_setup(struct mtpq_target *t, const char *dir, struct mtpq_err *err) {
+  enum mtpq_status st = MTPQ_OK;
+  const struct mtpq_model_config *c = &t->cfg;
+  snprintf(t->pre, sizeof t->pre, "%s",
+           t->repo && mtpq_repo_find(t->repo, "model.language_model.embed_tokens.weight") ? "model.language_model."
+                                                                                          : "model.");
+  t->H = c->hidden_size, t->L = c->num_hidden_layers, t->Nq = c->num_attention_heads, t->Nkv = c->num_key_value_heads;
+  t->D = c->head_dim, t->eps = (float)c->rms_norm_eps, t->theta = (float)c->rope_theta;
+  t->rot = (int64_t)(c->head_dim * c->partial_rotary_factor);
+  t->HK = c->linear_num_key_heads, t->HV = c->linear_num_value_heads, t->dk = c->linear_key_head_dim;
+  t->dv = c->linear_value_head_dim, t->Kc = c->linear_conv_kernel_dim;
+  t->conv_dim = 2 * t->HK * t->dk + t->HV * t->dv;
+  if (t->L < 1 || t->Nkv < 1 || t->Nq % t->Nkv || t->rot % 2) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD,
+                      "%s: %lld layers, %lld query heads over %lld KV heads, rotary dims "
+                      "%lld: not a model this runtime runs",
+                      dir, (long long)t->L, (long long)t->Nq, (long long)t->Nkv, (long long)t->rot);
+    return st;
+  }
+  if (strchr(c->layer_types, 'L') &&
+      (t->HK < 1 || t->HV < t->HK || t->HV % t->HK || t->dk < 1 || t->dv < 1 || t->Kc < 2)) {
+    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD,
+                      "%s: linear_attention layers need linear_num_key_heads, "
+                      "linear_num_value_heads (a multiple), linear_key/value_head_dim and linear_conv_kernel_dim >= 2 "
+                      "(got %lld, %lld, %lld, %lld, %lld)",
+                      dir, (long long)t->HK, (long long)t->HV, (long long)t->dk, (long long)t->dv, (long long)t->Kc);
+    return st;
+  }
+  return st;
 }
 
 enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, struct mtpq_err *err) {
@@ -202,31 +214,9 @@ enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, str
   if (!st) st = mtpq_config_load_dir(mtpq_repo_dir(t->repo), &t->cfg, &found, err);
   if (!st && !found) st = mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: no config.json", dir);
   if (st) goto fail;
+  st = mtpq__target_setup(t, dir, err);
+  if (st) goto fail;
   const struct mtpq_model_config *c = &t->cfg;
-  snprintf(t->pre, sizeof t->pre, "%s",
-           mtpq_repo_find(t->repo, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.");
-  t->H = c->hidden_size, t->L = c->num_hidden_layers, t->Nq = c->num_attention_heads, t->Nkv = c->num_key_value_heads;
-  t->D = c->head_dim, t->eps = (float)c->rms_norm_eps, t->theta = (float)c->rope_theta;
-  t->rot = (int64_t)(c->head_dim * c->partial_rotary_factor);
-  t->HK = c->linear_num_key_heads, t->HV = c->linear_num_value_heads, t->dk = c->linear_key_head_dim;
-  t->dv = c->linear_value_head_dim, t->Kc = c->linear_conv_kernel_dim;
-  t->conv_dim = 2 * t->HK * t->dk + t->HV * t->dv;
-  if (t->L < 1 || t->Nkv < 1 || t->Nq % t->Nkv || t->rot % 2) {
-    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD,
-                      "%s: %lld layers, %lld query heads over %lld KV heads, rotary dims "
-                      "%lld: not a model this runtime runs",
-                      dir, (long long)t->L, (long long)t->Nq, (long long)t->Nkv, (long long)t->rot);
-    goto fail;
-  }
-  if (strchr(c->layer_types, 'L') &&
-      (t->HK < 1 || t->HV < t->HK || t->HV % t->HK || t->dk < 1 || t->dv < 1 || t->Kc < 2)) {
-    st = mtpq_err_set(err, MTPQ_E_CONFIG_FIELD,
-                      "%s: linear_attention layers need linear_num_key_heads, "
-                      "linear_num_value_heads (a multiple), linear_key/value_head_dim and linear_conv_kernel_dim >= 2 "
-                      "(got %lld, %lld, %lld, %lld, %lld)",
-                      dir, (long long)t->HK, (long long)t->HV, (long long)t->dk, (long long)t->dv, (long long)t->Kc);
-    goto fail;
-  }
   char n[128];
   snprintf(n, sizeof n, "%sembed_tokens.weight", t->pre);
   const struct mtpq_tensor *emb = mtpq_repo_find(t->repo, n);
@@ -235,7 +225,7 @@ enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, str
     st = mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: %s missing or not BF16/F32 [V, %lld]", dir, n, (long long)t->H);
     goto fail;
   }
-  t->embed = emb->data, t->embed_f32 = emb->dtype == MTPQ_DTYPE_F32;
+  t->embed = emb->data, t->embed_f32 = emb->dtype == MTPQ_DTYPE_F32, t->embed_rows = emb->shape[0];
   if (mtpq_repo_find(t->repo, "lm_head.weight"))
     st = mtpq__rt_load_lin(t->repo, "lm_head", &t->head, err);
   else
@@ -288,6 +278,8 @@ char mtpq_target_layer_type(const struct mtpq_target *t, int layer) {
 
 void mtpq_target_seq_close(struct mtpq_target_seq *s) {
   if (!s) return;
+  mtpq__tcuda_seq_close(s->gpu);
+  free(s->gdn_conv), free(s->gdn_rec);
   for (int64_t i = 0; i < s->t->L; i++) {
     if (s->kc) free(s->kc[i]), free(s->vc[i]);
     for (int b = 0; b < s->nbuf; b++) {
@@ -304,15 +296,26 @@ void mtpq_target_seq_close(struct mtpq_target_seq *s) {
   free(s);
 }
 
-enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, int max_verify,
+enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend be, int64_t max_pos, int max_verify,
                                       struct mtpq_target_seq **out, struct mtpq_err *err) {
   *out = NULL;
   if (max_pos < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "a sequence of %lld positions", (long long)max_pos);
-  if (max_verify < 1 || max_verify > MTPQ_TARGET_MAX_VERIFY)
-    return mtpq_err_set(err, MTPQ_E_INVAL, "verify of %d tokens: 1..%d", max_verify, MTPQ_TARGET_MAX_VERIFY);
+  const int most = be == MTPQ_BACKEND_CUDA ? MTPQ_TCUDA_MAX_T : MTPQ_TARGET_MAX_VERIFY;
+  if (max_verify < 1 || max_verify > most)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "verify of %d tokens: the %s backend takes 1..%d", max_verify,
+                        be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU", most);
   struct mtpq_target_seq *s = calloc(1, sizeof *s);
   if (!s) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   s->t = t, s->max_pos = max_pos, s->nbuf = max_verify + 1;
+  if (be == MTPQ_BACKEND_CUDA) {
+    enum mtpq_status st = mtpq__tcuda_seq_open(t, max_pos, s->nbuf, &s->gpu, err);
+    if (st) {
+      free(s);
+      return st;
+    }
+    *out = s;
+    return MTPQ_OK;
+  }
   const int64_t KV = t->Nkv * t->D, E = t->cfg.num_experts > 0 ? t->cfg.num_experts : 1;
   const int64_t vd = t->HV * t->dv, kd = t->HK * t->dk;
   int ok = (s->kc = calloc((size_t)t->L, sizeof *s->kc)) && (s->vc = calloc((size_t)t->L, sizeof *s->vc)) &&
@@ -362,12 +365,20 @@ enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_p
 
 int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s) { return s->len; }
 
-const float *mtpq_target_seq_gdn(const struct mtpq_target_seq *s, int layer, const float **rec, int64_t *conv_n,
+const float *mtpq_target_seq_gdn(struct mtpq_target_seq *s, int layer, const float **rec, int64_t *conv_n,
                                  int64_t *rec_n) {
   const struct mtpq_target *t = s->t;
   if (layer < 0 || layer >= t->L || t->layers[layer].kind != 'L') return NULL;
-  *rec = s->rec[layer][s->cur];
   *conv_n = t->conv_dim * (t->Kc - 1), *rec_n = t->HV * t->dk * t->dv;
+  if (s->gpu) {
+    struct mtpq_err e;
+    if (!s->gdn_conv) s->gdn_conv = malloc((size_t)*conv_n * 4), s->gdn_rec = malloc((size_t)*rec_n * 4);
+    if (!s->gdn_conv || !s->gdn_rec || mtpq__tcuda_seq_gdn(s->gpu, layer, s->cur, s->gdn_conv, s->gdn_rec, &e))
+      return NULL;
+    *rec = s->gdn_rec;
+    return s->gdn_conv;
+  }
+  *rec = s->rec[layer][s->cur];
   return s->conv[layer][s->cur];
 }
 
@@ -485,9 +496,28 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
   return MTPQ_OK;
 }
 
+/* the CUDA backend: T tokens from slot cur, token i's state into slot (cur + 1 + i) % nbuf */
+static enum mtpq_status gpu_forward(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
+                                    float *logits, int32_t *argmax, struct mtpq_err *err) {
+  if (s->len + T > s->max_pos)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d tokens at position %lld past the sequence's %lld", T, (long long)s->len,
+                        (long long)s->max_pos);
+  const int head = logits ? 2 : argmax ? 1 : 0;
+  int32_t am[MTPQ_TCUDA_MAX_T];
+  enum mtpq_status st =
+      mtpq__tcuda_forward(s->gpu, T, tokens, s->len, s->cur, head, hidden, logits, argmax ? am : NULL, err);
+  if (!st && argmax) memcpy(argmax, am, (size_t)T * sizeof *am);
+  return st;
+}
+
 enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, float *hidden, float *logits,
                                   int32_t *argmax, struct mtpq_err *err) {
   s->vcount = 0; /* a step after a verify accepts all of it */
+  if (s->gpu) {
+    enum mtpq_status st = gpu_forward(s, 1, &token, hidden, logits, argmax, err);
+    if (!st) s->len++, s->cur = (s->cur + 1) % s->nbuf;
+    return st;
+  }
   return forward_one(s, token, s->cur, s->cur, hidden, logits, argmax, err);
 }
 
@@ -500,6 +530,12 @@ enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int3
                         (long long)s->len, (long long)s->max_pos);
   const int64_t H = s->t->H;
   s->vbase = s->len, s->vcur = s->cur, s->vcount = 0;
+  if (s->gpu) {
+    enum mtpq_status st = gpu_forward(s, T, tokens, hidden, NULL, argmax, err);
+    if (st) return st;
+    s->len += T, s->vcount = T, s->cur = (s->vcur + T) % s->nbuf;
+    return MTPQ_OK;
+  }
   for (int i = 0; i < T; i++) {
     const int src = i ? (s->vcur + i) % s->nbuf : s->vcur, dst = (s->vcur + 1 + i) % s->nbuf;
     enum mtpq_status st = forward_one(s, tokens[i], src, dst, hidden ? hidden + (size_t)i * (size_t)H : NULL, NULL,
@@ -519,4 +555,38 @@ enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtp
     return mtpq_err_set(err, MTPQ_E_INVAL, "accept of slot %d after a verify of %d tokens", j, s->vcount);
   s->len = s->vbase + j + 1, s->cur = (s->vcur + 1 + j) % s->nbuf, s->vcount = 0;
   return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_target_seq_jump(struct mtpq_target_seq *s, int64_t len, struct mtpq_err *err) {
+  if (len < 0 || len >= s->max_pos)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "length %lld in a %lld-position sequence", (long long)len,
+                        (long long)s->max_pos);
+  s->len = len, s->vcount = 0;
+  return MTPQ_OK;
+}
+
+double mtpq_target_seq_last_us(const struct mtpq_target_seq *s) { return s->gpu ? mtpq__tcuda_last_us(s->gpu) : -1; }
+
+static int64_t lin_bytes(const struct lin *L) {
+  if (!L->w) return 0;
+  const int64_t n = L->rows * L->cols;
+  return L->f == LIN_BF16 ? 2 * n : L->f == LIN_F32 ? 4 * n : L->f == LIN_FP8 ? n : n / 2 + n / 16;
+}
+
+int64_t mtpq_target_step_bytes(const struct mtpq_target *t, int64_t ctx, int T, int head) {
+  int64_t b = head ? lin_bytes(&t->head) : 0;
+  b += (int64_t)T * t->H * (t->embed_f32 ? 4 : 2);
+  for (int64_t i = 0; i < t->L; i++) {
+    const struct tlayer *l = &t->layers[i];
+    const struct rt_mlp *m = &l->mlp;
+    const struct lin *ls[] = {&l->attn.q, &l->attn.k, &l->attn.v, &l->attn.o, &l->qkvz, &l->ba, &l->qkv, &l->z,
+                              &l->b,      &l->a,      &l->out,    &m->router, &m->seg,  &m->sg, &m->su,  &m->sd};
+    for (size_t k = 0; k < sizeof ls / sizeof ls[0]; k++) b += lin_bytes(ls[k]);
+    if (m->moe) b += m->topk * (lin_bytes(&m->eg[0]) + lin_bytes(&m->eu[0]) + lin_bytes(&m->ed[0]));
+    if (l->kind == 'A')
+      b += (ctx + T) * t->Nkv * t->D * 2 * 2; /* BF16 K and V */
+    else
+      b += (int64_t)(1 + T) * (t->HV * t->dk * t->dv + t->conv_dim * (t->Kc - 1)) * 4;
+  }
+  return b;
 }

@@ -19,12 +19,27 @@
 #include <stdint.h>
 
 #include "io/status.h"
+#include "kernels/runtime.h" /* enum mtpq_backend */
 
 struct mtpq_target;
 struct mtpq_target_seq;
 
 enum mtpq_status mtpq_target_open(const char *dir, struct mtpq_target **out, struct mtpq_err *err);
 void mtpq_target_close(struct mtpq_target *t); /* NULL-safe */
+/* A target with random weights and no files, for benchmarks and for tests
+ * of the backends' weight formats: the shape from config.json text
+ * (config_json), the formats of formats (enum mtpq_synth_formats); every
+ * product's weights are distinct (windows into a random pool). */
+enum mtpq_synth_formats {
+  MTPQ_SYNTH_BF16,   /* every product BF16 */
+  MTPQ_SYNTH_NVIDIA, /* as NVIDIA's NVFP4 checkpoints: routed and shared experts and o_proj NVFP4; GDN
+                      * projections, q/k/v, router, shared_expert_gate, dense MLP and head BF16 */
+  MTPQ_SYNTH_FP8,    /* q/k/v/o, GDN projections and the shared expert FP8, routed experts NVFP4, head BF16 */
+};
+enum mtpq_status mtpq_target_synth(const char *config_json, enum mtpq_synth_formats formats, uint64_t seed,
+                                   struct mtpq_target **out, struct mtpq_err *err);
+/* config.json text of a named shape ("qwen3-next-80b": Qwen3-Next-80B-A3B), or NULL */
+const char *mtpq_target_synth_config(const char *name);
 int64_t mtpq_target_hidden(const struct mtpq_target *t);
 int64_t mtpq_target_vocab(const struct mtpq_target *t); /* the head's rows */
 int mtpq_target_layers(const struct mtpq_target *t);
@@ -32,9 +47,13 @@ int mtpq_target_layers(const struct mtpq_target *t);
 char mtpq_target_layer_type(const struct mtpq_target *t, int layer);
 
 /* One sequence of up to max_pos tokens, empty, verifying up to max_verify
- * (1..MTPQ_TARGET_MAX_VERIFY) tokens at once. */
+ * tokens at once (CPU: 1..MTPQ_TARGET_MAX_VERIFY; CUDA: 1..8), on backend
+ * be. The CPU backend is the float32 reference; the CUDA backend keeps a
+ * BF16 K/V cache and sums in another order (its results are within the
+ * tolerance the GPU tests state). The first CUDA sequence of a target
+ * copies its weights to the device (once; not thread-safe). */
 #define MTPQ_TARGET_MAX_VERIFY 16
-enum mtpq_status mtpq_target_seq_open(const struct mtpq_target *t, int64_t max_pos, int max_verify,
+enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend be, int64_t max_pos, int max_verify,
                                       struct mtpq_target_seq **out, struct mtpq_err *err);
 void mtpq_target_seq_close(struct mtpq_target_seq *s); /* NULL-safe */
 int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s);
@@ -55,10 +74,23 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
 enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                     int32_t *argmax, struct mtpq_err *err);
 enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err);
+/* Benchmarks: make the sequence len tokens long without running them (the
+ * cached K/V rows and the GDN state are whatever they hold: the kernels
+ * read as many bytes as for a real context); a pending verify is dropped. */
+enum mtpq_status mtpq_target_seq_jump(struct mtpq_target_seq *s, int64_t len, struct mtpq_err *err);
+/* the last step or verify's device time in microseconds (CUDA: events
+ * around its graph, without the host's copies and wait), -1 on the CPU */
+double mtpq_target_seq_last_us(const struct mtpq_target_seq *s);
+/* Bytes one forward at context ctx reads at the least: every weight it
+ * uses once (routed experts: top-k a layer, each once), the cached K/V of
+ * ctx positions, the GDN states read and T written; the head when head. */
+int64_t mtpq_target_step_bytes(const struct mtpq_target *t, int64_t ctx, int T, int head);
+
 /* The GDN state of layer (a linear-attention layer) after the tokens so
  * far: conv [conv_dim][K - 1] (oldest first) and rec [HV][dk][dv]; sizes in
- * *conv_n and *rec_n. NULL for another layer. Borrowed. */
-const float *mtpq_target_seq_gdn(const struct mtpq_target_seq *s, int layer, const float **rec, int64_t *conv_n,
+ * *conv_n and *rec_n. NULL for another layer. Borrowed (CUDA: a host copy,
+ * valid until the next call). */
+const float *mtpq_target_seq_gdn(struct mtpq_target_seq *s, int layer, const float **rec, int64_t *conv_n,
                                  int64_t *rec_n);
 
 #endif

@@ -14,6 +14,7 @@
 #include "kernels/decode.h"
 #include "quant/drafter.h"
 #include "kernels/target.h"
+#include "kernels/target_model.h"
 #include "kernels/traces.h"
 #include "testutil.h"
 
@@ -49,13 +50,13 @@ START_TEST(test_verify_equals_decode) {
     r = r * 6364136223846793005ull + 1442695040888963407ull, x[i] = (int32_t)((r >> 33) % (uint64_t)V);
   /* reference: one token at a time */
   struct mtpq_target_seq *a = NULL;
-  ck_assert_int_eq(mtpq_target_seq_open(t, N, 1, &a, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, 1, &a, &err), MTPQ_OK);
   float *ha = malloc((size_t)(N * H) * 4);
   int32_t ga[N];
   for (int i = 0; i < N; i++) ck_assert_int_eq(mtpq_target_step(a, x[i], ha + i * H, NULL, &ga[i], &err), MTPQ_OK);
   for (int j = 0; j < T; j++) {
     struct mtpq_target_seq *b = NULL;
-    ck_assert_int_eq(mtpq_target_seq_open(t, N, T, &b, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, T, &b, &err), MTPQ_OK);
     float *hb = malloc((size_t)(N * H) * 4);
     int32_t gb[N];
     for (int i = 0; i < P; i++) ck_assert_int_eq(mtpq_target_step(b, x[i], hb + i * H, NULL, &gb[i], &err), MTPQ_OK);
@@ -68,7 +69,7 @@ START_TEST(test_verify_equals_decode) {
     ck_assert_int_eq(mtpq_target_seq_len(b), P + j + 1);
     /* the GDN states equal the reference's after the same tokens: replay it to there */
     struct mtpq_target_seq *c = NULL;
-    ck_assert_int_eq(mtpq_target_seq_open(t, N, 1, &c, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, 1, &c, &err), MTPQ_OK);
     for (int i = 0; i <= P + j; i++) ck_assert_int_eq(mtpq_target_step(c, x[i], NULL, NULL, NULL, &err), MTPQ_OK);
     for (int l = 0; l < mtpq_target_layers(t); l++) {
       const float *rb, *rc;
@@ -90,13 +91,14 @@ START_TEST(test_verify_equals_decode) {
   }
   /* misuse */
   struct mtpq_target_seq *b = NULL;
-  ck_assert_int_eq(mtpq_target_seq_open(t, N, 2, &b, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, 2, &b, &err), MTPQ_OK);
   ck_assert_int_eq(mtpq_target_accept(b, 0, &err), MTPQ_E_INVAL);
   ck_assert_int_eq(mtpq_target_verify(b, 3, x, NULL, NULL, &err), MTPQ_E_INVAL);
   ck_assert_int_eq(mtpq_target_verify(b, 2, x, NULL, NULL, &err), MTPQ_OK);
   ck_assert_int_eq(mtpq_target_accept(b, 2, &err), MTPQ_E_INVAL);
   ck_assert_int_eq(mtpq_target_step(b, (int32_t)V, NULL, NULL, NULL, &err), MTPQ_E_BAD_VALUE);
-  ck_assert_int_eq(mtpq_target_seq_open(t, N, 0, &(struct mtpq_target_seq *){NULL}, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, 0, &(struct mtpq_target_seq *){NULL}, &err),
+                   MTPQ_E_INVAL);
   mtpq_target_seq_close(b);
   mtpq_target_seq_close(a);
   free(ha);
@@ -124,6 +126,45 @@ START_TEST(test_config_refusals) {
   ck_assert_msg(strstr(err.msg, "layer_types[1] is \"mamba\""), "%s", err.msg);
   tu_rmtree(dir);
   free(cfg), free(st), free(dir);
+}
+END_TEST
+
+/* Synthetic targets (kernels/target_synth.c), as the CUDA tests and the
+ * 80B benchmark use them: each format set runs on the CPU reference with
+ * finite, non-constant outputs, the same seed gives the same hidden states,
+ * another seed other ones, and no two experts share their weights. */
+START_TEST(test_synthetic) {
+  const char *cfg =
+      "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
+      "\"num_key_value_heads\": 1, \"head_dim\": 32, \"vocab_size\": 100, \"moe_intermediate_size\": 32, "
+      "\"shared_expert_intermediate_size\": 32, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+      "\"rms_norm_eps\": 1e-6, \"full_attention_interval\": 2, \"linear_num_key_heads\": 1, "
+      "\"linear_num_value_heads\": 2, \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, "
+      "\"linear_conv_kernel_dim\": 4}";
+  struct mtpq_err err = {0};
+  for (int f = MTPQ_SYNTH_BF16; f <= MTPQ_SYNTH_FP8; f++) {
+    float h[3][64];
+    for (int r = 0; r < 3; r++) {
+      struct mtpq_target *t = NULL;
+      ck_assert_msg(mtpq_target_synth(cfg, (enum mtpq_synth_formats)f, r < 2 ? 5 : 6, &t, &err) == MTPQ_OK, "%s",
+                    err.msg);
+      ck_assert_int_eq(mtpq_target_layer_type(t, 0), 'L');
+      ck_assert_int_eq(mtpq_target_layer_type(t, 1), 'A');
+      const struct rt_mlp *m = &t->layers[1].mlp; /* (kernels/target_model.h) */
+      const size_t eb = f == MTPQ_SYNTH_BF16 ? 32 * 64 * 2 : 32 * 64 / 2;
+      for (int e = 1; e < 4; e++) ck_assert(memcmp(m->eg[0].w, m->eg[e].w, eb) != 0);
+      struct mtpq_target_seq *s = NULL;
+      ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 8, 1, &s, &err), MTPQ_OK);
+      for (int p = 0; p < 4; p++) ck_assert_int_eq(mtpq_target_step(s, 3 + p, h[r], NULL, NULL, &err), MTPQ_OK);
+      double ss = 0;
+      for (int j = 0; j < 64; j++) ck_assert(isfinite(h[r][j])), ss += (double)h[r][j] * h[r][j];
+      ck_assert(ss > 1.0); /* the final norm's output: about sqrt(64) in norm */
+      mtpq_target_seq_close(s);
+      mtpq_target_close(t);
+    }
+    ck_assert_mem_eq(h[0], h[1], sizeof h[0]);
+    ck_assert(memcmp(h[0], h[2], sizeof h[0]) != 0);
+  }
 }
 END_TEST
 
@@ -155,7 +196,7 @@ START_TEST(test_transformers_fixtures) {
   const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), P = pl->shape[0], N = dl->shape[0];
   ck_assert_int_eq(pl->shape[1], V);
   struct mtpq_target_seq *s = NULL;
-  ck_assert_int_eq(mtpq_target_seq_open(t, P + N, 1, &s, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, P + N, 1, &s, &err), MTPQ_OK);
   float *lg = malloc((size_t)((P + N) * V) * 4), *hs = malloc((size_t)((P + N) * H) * 4);
   int64_t id[256];
   memcpy(id, ids->data, (size_t)(P + N) * 8);
@@ -252,6 +293,7 @@ int main(void) {
   tcase_add_test(tc, test_config_refusals);
   tcase_add_loop_test(tc, test_transformers_fixtures, 0, 3);
   tcase_add_test(tc, test_greedy_lossless);
+  tcase_add_test(tc, test_synthetic);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

@@ -266,6 +266,9 @@ static inline int mma_pieces(int f, int NB) { return f == 1 && NB == 8 ? 2 : 3; 
 enum mtpq_status upload(gpu_session *g, const void *src, size_t n, const uint8_t **dst, struct mtpq_err *err);
 // plan.cu: the plans of n tokens; a product launch (head, dense, routed) on the kernel that takes it
 enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err);
+// plan.cu: a one-term unrouted task (token j: x + j xs into y + j ys); a task list uploaded as one launch
+mv_task dense_task(int lin, const float *x, int64_t xs, float *y, int64_t ys, int nb);
+enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_launch *m, struct mtpq_err *err);
 void launch_mv(gpu_session *g, const mv_launch &m);
 // k_mv.cu: any product on the FFMA kernels
 void mv_ffma_launch(gpu_session *g, const mv_launch &m);

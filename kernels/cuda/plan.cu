@@ -6,7 +6,7 @@
 
 // ---- plans: the task lists of one token count ------------------------------------
 
-static mv_task dense_task(int lin, const float *x, int64_t xs, float *y, int64_t ys, int nb) {
+mv_task dense_task(int lin, const float *x, int64_t xs, float *y, int64_t ys, int nb) {
   mv_task t;
   memset(&t, 0, sizeof t);
   t.nterm = 1, t.nb = nb, t.tok = 0, t.xs = xs, t.ys = ys, t.y = y;
@@ -14,7 +14,7 @@ static mv_task dense_task(int lin, const float *x, int64_t xs, float *y, int64_t
   return t;
 }
 
-static enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_launch *m, struct mtpq_err *err) {
+enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_launch *m, struct mtpq_err *err) {
   m->ntask = (int)v.size();
   if (v.empty()) return MTPQ_OK;
   enum mtpq_status st = dalloc(g, &m->dev, v.size() * sizeof(mv_task), err);

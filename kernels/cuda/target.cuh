@@ -1,0 +1,97 @@
+// The target model on the device (kernels/target_cuda.h): what the host side
+// (target_gpu.cu) and the target's own kernels (k_target.cu) share.
+//
+// One forward of T tokens (1..8) of one sequence, kernel by kernel:
+//   k_t_embed       embedding rows, argmax keys cleared, input norm of layer 0
+//   per layer:
+//     'L' (Gated DeltaNet):
+//       proj        launch_mv: in_proj_qkvz + in_proj_ba, or in_proj_qkv/z/b/a, into one row per token
+//       k_t_conv    depthwise causal conv1d + SiLU per channel, the conv state of every token into its slot
+//       k_t_gdn     l2norm(q, k), gates, the delta rule per value head, the state of every token into its slot
+//       k_t_gnorm   the gated RMSNorm (plain w) x silu(z)
+//       out         launch_mv: out_proj
+//     'A' (gated attention):
+//       q, k, v     launch_mv (one launch, three tasks)
+//       k_t_kv      K: (1 + w) norm + RoPE, K and V to the BF16 cache
+//       k_t_attn    q norm + RoPE, causal attention over a split of TA_C positions
+//       k_t_comb    the splits merged, x sigmoid(gate)
+//       o           launch_mv: o_proj
+//     k_t_addnorm   residual + post-attention norm
+//     MoE: router (+ shared_expert_gate) launch_mv, k_t_route (softmax, top-k, weights),
+//          gate/up of each (token, expert) + the shared expert's launch_mv, k_t_swiglu,
+//          down launch_mv (routed experts and the shared expert summed with their weights)
+//     dense: gate/up launch_mv, k_t_swiglu, down launch_mv
+//     k_t_addnorm   residual + the next layer's input norm (the final norm after the last)
+//   head            launch_mv with the argmax keys (and the logits when asked)
+// Products go through the drafter backend's kernels (kernels/cuda/k_mv.cu and
+// the ones launch_mv picks), with a gpu_session as their context: the weight
+// table, the routing array, the stream and the settings. Every kernel here
+// reads the call's positions and slots from the sequence's device call block
+// (tcall), so one CUDA graph per (sequence, T, head) replays any call.
+#pragma once
+#include "kernels/cuda/backend.cuh"
+
+extern "C" {
+#include "kernels/target_cuda.h"
+#include "kernels/target_model.h"
+}
+
+#define TA_C 256 // cached positions per attention split
+
+// a call's inputs, on the device (one per sequence, written before each graph launch)
+struct tcall {
+  int64_t pos0; // position of token 0
+  int cur;      // GDN state slot read
+  int nbuf;     // slots
+  int tok[MTPQ_TCUDA_MAX_T];
+};
+
+// a layer on the device: norms and vectors as float32, products as indices into the weight table
+struct tlayer_dev {
+  char kind;
+  float *in_norm, *post_norm, *qn, *kn, *conv_w, *dt_bias, *A_log, *gnorm;
+  int q, k, v, o;              // 'A'
+  int p0, p1, p2, p3, out;     // 'L': qkvz, ba (p2, p3 -1) or qkv, z, b, a
+  int router, seg, sg, su, sd; // MLP (-1: none); dense: sg, su, sd
+  int ex;                      // expert gate lins ex .. ex + E - 1, up + E, down + 2E
+  bool shared_term;            // the shared expert is the down launch's last term (same shape and format)
+};
+
+struct tplan {
+  bool built = false;
+  std::vector<mv_launch> proj, out, rs, gu, down; // per layer
+  mv_launch head, head_logits;
+};
+
+struct tgpu {
+  struct mtpq_target *t = nullptr;
+  gpu_session ctx;          // the products' context (weight table, routing, stream, settings)
+  uint8_t *arena = nullptr; // every weight, one allocation
+  size_t arena_n = 0, arena_used = 0;
+  std::vector<tlayer_dev> L;
+  int head = -1;
+  float *final_norm = nullptr;
+  const uint8_t *embed = nullptr;
+  int64_t H, HS, P, PS, MS, VS, QGS, KVS, ATS, IM, S, E, K, NSMAX;
+  int *chan_src = nullptr, *z_src = nullptr, *b_src = nullptr, *a_src = nullptr; // GDN: where each input is in the projections' row
+  // activations, [MTPQ_TCUDA_MAX_T] rows each
+  float *h, *a, *y, *y2, *proj, *mixo, *o, *o2, *qg, *kk, *vv, *att, *pm, *pl, *pacc, *pr, *sz, *wsel, *gb, *ub, *act,
+      *hid, *logits;
+  tplan plans[MTPQ_TCUDA_MAX_T + 1];
+};
+
+struct tseq {
+  tgpu *m;
+  int64_t max_pos;
+  int nbuf;
+  std::vector<uint16_t *> kc, vc; // per layer (NULL: none)
+  std::vector<float *> conv, rec; // per layer: nbuf slots each
+  tcall *call = nullptr, *h_call = nullptr; // device, pinned host
+  cudaGraphExec_t graph[MTPQ_TCUDA_MAX_T + 1][3] = {};
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  double last_us = -1;
+  std::vector<void *> allocs;
+};
+
+// k_target.cu: one forward's kernels in order, on m->ctx's stream
+void t_enqueue(tseq *s, int T, int head);

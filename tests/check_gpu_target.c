@@ -1,0 +1,198 @@
+/* The target model's CUDA backend vs its CPU reference (label gpu; exits 77
+ * without a device or a CUDA build), on the hybrid test targets (GDN +
+ * attention + dense MLP, both projection layouts), the tiny Qwen3-Next
+ * (attention + MoE with a shared expert, BF16) and synthetic targets in
+ * NVIDIA's NVFP4 layout and with FP8 products (kernels/target_synth.c):
+ *   - a prefill token by token: every hidden state and the last logits
+ *     within relative error TOL of the CPU's, the argmax the CPU's wherever
+ *     the CPU's top two logits are not within TOL of each other;
+ *   - the GDN states after it within TOL;
+ *   - a verify of T = 4 tokens, then accepting slot j and one more token,
+ *     equals the CPU decoding the first j + 1 tokens and that token, for
+ *     every j (the state slots on the device);
+ *   - one target past 256 cached positions (attention in several splits).
+ * Tolerance: the CUDA backend caches K and V in BF16 (as vLLM caches a BF16
+ * model) where the CPU reference keeps float32, and sums in another order;
+ * TOL = 5e-3 (measured: see the closing notes in tests/bench/PERFORMANCE.md). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/runtime.h"
+#include "kernels/target.h"
+#include "quant/gpu_quant.h"
+
+#define TOL 5e-3
+
+static double rel_err(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static const char *small_nvidia =
+    "{\"model_type\": \"qwen3_next\", \"hidden_size\": 256, \"num_hidden_layers\": 4, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 64, \"vocab_size\": 1000, \"moe_intermediate_size\": 128, "
+    "\"shared_expert_intermediate_size\": 128, \"num_experts\": 16, \"num_experts_per_tok\": 4, \"rms_norm_eps\": "
+    "1e-6, "
+    "\"rope_theta\": 10000000, \"partial_rotary_factor\": 0.25, \"full_attention_interval\": 2, "
+    "\"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 64, "
+    "\"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, \"tie_word_embeddings\": false}";
+/* Qwen3.5's projection layout, FP8 products, a shared expert wider than the routed ones (its own down launch) */
+static const char *small_fp8 =
+    "{\"model_type\": \"qwen3_5_moe_text\", \"hidden_size\": 128, \"num_hidden_layers\": 3, \"num_attention_heads\": "
+    "4, "
+    "\"num_key_value_heads\": 1, \"head_dim\": 32, \"vocab_size\": 700, \"moe_intermediate_size\": 64, "
+    "\"shared_expert_intermediate_size\": 96, \"num_experts\": 8, \"num_experts_per_tok\": 2, \"rms_norm_eps\": 1e-6, "
+    "\"rope_theta\": 10000000, \"partial_rotary_factor\": 0.5, \"layer_types\": [\"linear_attention\", "
+    "\"full_attention\", \"linear_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 8, "
+    "\"linear_key_head_dim\": 32, \"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, "
+    "\"tie_word_embeddings\": true}";
+
+struct tcase {
+  const char *name, *dir, *synth;
+  enum mtpq_synth_formats f;
+  int P;
+};
+static const struct tcase cases[] = {
+    {"hybrid-next", MTPQ_TESTDATA "/target/hybrid-next", NULL, MTPQ_SYNTH_BF16, 300},
+    {"hybrid-35", MTPQ_TESTDATA "/target/hybrid-35", NULL, MTPQ_SYNTH_BF16, 24},
+    {"tiny-qwen3next", MTPQ_TESTDATA "/tiny-qwen3next/model", NULL, MTPQ_SYNTH_BF16, 24},
+    {"synthetic NVIDIA NVFP4", NULL, NULL, MTPQ_SYNTH_NVIDIA, 24},
+    {"synthetic FP8", NULL, NULL, MTPQ_SYNTH_FP8, 24},
+};
+
+static struct mtpq_target *open_case(const struct tcase *c) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  enum mtpq_status st =
+      c->dir ? mtpq_target_open(c->dir, &t, &err)
+             : mtpq_target_synth(c->f == MTPQ_SYNTH_NVIDIA ? small_nvidia : small_fp8, c->f, 7, &t, &err);
+  ck_assert_msg(st == MTPQ_OK, "%s: %s", c->name, err.msg);
+  return t;
+}
+
+/* the CPU's argmax is unambiguous at tolerance tol */
+static int clear_argmax(const float *lg, int64_t V, float tol) {
+  float a = -INFINITY, b = -INFINITY;
+  for (int64_t v = 0; v < V; v++)
+    if (lg[v] > a)
+      b = a, a = lg[v];
+    else if (lg[v] > b)
+      b = lg[v];
+  return a - b > tol * fabsf(a);
+}
+
+START_TEST(test_prefill_and_states) {
+  const struct tcase *c = &cases[_i];
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = open_case(c);
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
+  const int P = c->P;
+  struct mtpq_target_seq *cs = NULL, *gs = NULL;
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, P + 8, 4, &cs, &err), MTPQ_OK);
+  ck_assert_msg(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, P + 8, 4, &gs, &err) == MTPQ_OK, "%s: %s", c->name, err.msg);
+  float *hc = malloc((size_t)H * 4), *hg = malloc((size_t)H * 4), *lc = malloc((size_t)V * 4),
+        *lg = malloc((size_t)V * 4);
+  double worst = 0;
+  int32_t tok = 11, ac = 0, ag = 0, same = 0, clear = 0;
+  for (int p = 0; p < P; p++) {
+    ck_assert_int_eq(mtpq_target_step(cs, tok, hc, lc, &ac, &err), MTPQ_OK);
+    ck_assert_msg(mtpq_target_step(gs, tok, hg, lg, &ag, &err) == MTPQ_OK, "%s: %s", c->name, err.msg);
+    const double e = rel_err(hg, hc, (size_t)H);
+    worst = e > worst ? e : worst;
+    ck_assert_msg(e <= TOL, "%s: position %d: hidden relative error %.3g", c->name, p, e);
+    const double el = rel_err(lg, lc, (size_t)V);
+    ck_assert_msg(el <= TOL, "%s: position %d: logits relative error %.3g", c->name, p, el);
+    if (clear_argmax(lc, V, (float)TOL)) {
+      clear++, same += ac == ag;
+      ck_assert_msg(ac == ag, "%s: position %d: argmax %d on CUDA, %d on the CPU", c->name, p, ag, ac);
+    }
+    tok = (int32_t)((ac * 7 + p * 13 + 5) % (V < 150000 ? V : 150000)); /* varied tokens, not the argmax chain alone */
+  }
+  for (int l = 0; l < mtpq_target_layers(t); l++) {
+    if (mtpq_target_layer_type(t, l) != 'L') continue;
+    const float *rc, *rg;
+    int64_t cn, rn, cn2, rn2;
+    const float *cc = mtpq_target_seq_gdn(cs, l, &rc, &cn, &rn);
+    float *ccopy = malloc((size_t)cn * 4), *rcopy = malloc((size_t)rn * 4);
+    memcpy(ccopy, cc, (size_t)cn * 4), memcpy(rcopy, rc, (size_t)rn * 4);
+    const float *cg = mtpq_target_seq_gdn(gs, l, &rg, &cn2, &rn2);
+    ck_assert_ptr_nonnull(cg);
+    ck_assert_int_eq(cn, cn2);
+    const double ec = rel_err(cg, ccopy, (size_t)cn), er = rel_err(rg, rcopy, (size_t)rn);
+    ck_assert_msg(ec <= TOL && er <= TOL, "%s: layer %d GDN state: conv %.3g, recurrent %.3g", c->name, l, ec, er);
+    printf("%s: layer %d GDN state after %d tokens: conv rel. err %.2e, recurrent %.2e\n", c->name, l, P, ec, er);
+    free(ccopy), free(rcopy);
+  }
+  printf("%s: %d-token prefill: hidden rel. err <= %.2e, argmax equal at %d of %d clear positions\n", c->name, P, worst,
+         same, clear);
+  mtpq_target_seq_close(cs), mtpq_target_seq_close(gs);
+  free(hc), free(hg), free(lc), free(lg);
+  mtpq_target_close(t);
+}
+END_TEST
+
+/* verify T on the device, accept j, one more token == the CPU's decode of j + 1 tokens and that token */
+START_TEST(test_verify_slots) {
+  const struct tcase *c = &cases[_i];
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = open_case(c);
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
+  enum { P = 12, T = 4 };
+  int32_t x[P + T + 1];
+  for (int i = 0; i < P + T + 1; i++) x[i] = (int32_t)((i * 37 + 3) % V);
+  float *hv = malloc((size_t)(T * H) * 4), *hc = malloc((size_t)H * 4), *hg = malloc((size_t)H * 4);
+  double worst = 0;
+  for (int j = 0; j < T; j++) {
+    struct mtpq_target_seq *cs = NULL, *gs = NULL;
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, P + T + 2, 1, &cs, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, P + T + 2, T, &gs, &err), MTPQ_OK);
+    for (int p = 0; p < P; p++) {
+      ck_assert_int_eq(mtpq_target_step(cs, x[p], NULL, NULL, NULL, &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_step(gs, x[p], NULL, NULL, NULL, &err), MTPQ_OK);
+    }
+    int32_t am[T];
+    ck_assert_int_eq(mtpq_target_verify(gs, T, x + P, hv, am, &err), MTPQ_OK);
+    for (int i = 0; i <= j; i++) {
+      ck_assert_int_eq(mtpq_target_step(cs, x[P + i], hc, NULL, NULL, &err), MTPQ_OK);
+      const double e = rel_err(hv + (size_t)i * H, hc, (size_t)H);
+      ck_assert_msg(e <= TOL, "%s: verify row %d: relative error %.3g", c->name, i, e);
+    }
+    ck_assert_int_eq(mtpq_target_accept(gs, j, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_len(gs), P + j + 1);
+    ck_assert_int_eq(mtpq_target_step(cs, x[P + T], hc, NULL, NULL, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_step(gs, x[P + T], hg, NULL, NULL, &err), MTPQ_OK);
+    const double e = rel_err(hg, hc, (size_t)H);
+    worst = e > worst ? e : worst;
+    ck_assert_msg(e <= TOL, "%s: verify %d, accept %d, next token: relative error %.3g", c->name, T, j, e);
+    mtpq_target_seq_close(cs), mtpq_target_seq_close(gs);
+  }
+  printf("%s: verify %d + accept j + 1 token vs decoding j + 1: rel. err <= %.2e for every j\n", c->name, T, worst);
+  free(hv), free(hc), free(hg);
+  mtpq_target_close(t);
+}
+END_TEST
+
+int main(void) {
+  struct mtpq_err err = {0};
+  if (!mtpq_gpu_available(&err)) {
+    printf("skip: %s\n", err.msg);
+    return 77;
+  }
+  Suite *s = suite_create("gpu_target");
+  TCase *tc = tcase_create("cuda_vs_cpu");
+  tcase_set_timeout(tc, 600);
+  const int n = (int)(sizeof cases / sizeof cases[0]);
+  tcase_add_loop_test(tc, test_prefill_and_states, 0, n);
+  tcase_add_loop_test(tc, test_verify_slots, 0, n);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int nf = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return nf ? 1 : 0;
+}
