@@ -98,6 +98,8 @@ extern const struct cli_opt upload_opts[];
 extern const struct cli_opt download_opts[];
 extern const struct cli_opt bench_step_opts[];
 extern const struct cli_opt bench_target_opts[];
+extern const struct cli_opt bench_decode_opts[];
+int cmd_bench_decode(int argc, char **argv);
 int cmd_bench_target(int argc, char **argv);
 /* --backend auto|cpu|cuda (cli/cmd_bench_step.c); 0 or an exit code. */
 int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be);

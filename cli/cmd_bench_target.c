@@ -26,6 +26,9 @@ const struct cli_opt bench_target_opts[] = {
     {"iters", 0, OPT_UINT, 0, "N", "timed steps per row (default 20)"},
     {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
     {"hbm-gbps", 0, OPT_REAL, 0, "X", "HBM read bandwidth for the floor (default: measured on the GPU)"},
+    {"profile", 0, OPT_FLAG, 0, NULL,
+     "CUDA: also each kernel family's time in one decode and one verify step "
+     "(kernels launched one by one, summed over the layers)"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the results as JSON"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
@@ -151,6 +154,16 @@ int cmd_bench_target(int argc, char **argv) {
         snprintf(name, sizeof name, Ts[i] == 1 ? "decode" : "verify T=%d", Ts[i]);
         printf("%8lld %-10s %10.1f %10.1f %9.1f %8.0f %6.1f %9.1f %7.2f\n", (long long)ctxs[c], name, dus, wus,
                bytes / 1e6, gbs, hbm > 0 ? 100.0 * gbs / hbm : 0.0, floor_us, floor_us > 0 ? us / floor_us : 0.0);
+      }
+      if (cli_has(bench_target_opts, &a, "profile") && be == MTPQ_BACKEND_CUDA) {
+        const char *names[64];
+        double kus[64], tot = 0;
+        const int nk = mtpq_target_seq_profile(s, Ts[i], names, kus, 64, &err);
+        cJSON *pr = cJSON_AddObjectToObject(r, "profile_us");
+        for (int k = 0; k < nk; k++) tot += kus[k], cJSON_AddNumberToObject(pr, names[k], kus[k]);
+        for (int k = 0; k < nk && !json; k++)
+          printf("    %-28s %9.1f us %5.1f%%\n", names[k], kus[k], 100.0 * kus[k] / tot);
+        if (!json && nk > 0) printf("    %-28s %9.1f us (kernels launched one by one)\n", "sum", tot);
       }
     }
   if (!st && prefill > 0) { /* chunks of 8 tokens, no head */

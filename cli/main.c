@@ -77,6 +77,14 @@ static const struct cli_cmd commands[] = {
      "--target-step-ms and --mal it estimates decode tokens/s as\n"
      "MAL / (target step + k x draft step). --batch 1..8 sequences draft\n"
      "together; --json prints the rows for tests/bench/compare.py.\n"},
+    {"bench-decode", "live greedy speculative decoding: tokens/s and acceptance, none vs stock vs mtpq (table)",
+     "--target DIR [--drafter DIR]... --prompts FILE... [-k N] [-n N] [options]", bench_decode_opts, cmd_bench_decode,
+     "Decodes every prompt greedily with the target model in the runtime:\n"
+     "without speculation, with the stock drafter (the target's mtp.*) and\n"
+     "with each --drafter (k drafts a round, the target verifying k + 1 tokens\n"
+     "in one forward). Prints tokens/s, speedups, MAL with a 95% interval,\n"
+     "per-position acceptance per domain, where the time went, and whether\n"
+     "each output equals the output without speculation (exit 9 if not).\n"},
     {"bench-target", "target decode/verify step and prefill vs the HBM floor (table)",
      "(--target DIR | --synthetic qwen3-next-80b) [--context N]... [--verify T]... [options]", bench_target_opts,
      cmd_bench_target,

@@ -69,6 +69,11 @@ enum mtpq_status mtpq__tcuda_seq_gdn(void *s, int layer, int slot, float *conv, 
   (void)s, (void)layer, (void)slot, (void)conv, (void)rec;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
+int mtpq__tcuda_profile(void *s, int T, const char **names, double *us, int max, struct mtpq_err *err) {
+  (void)s, (void)T, (void)names, (void)us, (void)max;
+  mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+  return -1;
+}
 double mtpq__tcuda_last_us(void *s) {
   (void)s;
   return -1;

@@ -5,15 +5,24 @@
 #include <string.h>
 
 #include "io/util.h"
+#include "quant/numerics.h"
+
+/* The drafter reads the target's hidden states as a BF16 model hands them
+ * over (vLLM's MTP proposer; the traces bench-acceptance replays hold them
+ * so too): rounded to BF16, to nearest even. */
+static void bf16_rows(float *h, int64_t n) {
+  for (int64_t i = 0; i < n; i++) h[i] = mtpq_bf16_to_f32(mtpq_f32_to_bf16(h[i]));
+}
 
 enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *x,
-                                    struct mtpq_accept_stats *st, double *target_s, double *draft_s,
-                                    struct mtpq_err *err) {
+                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err) {
   if (P < 1 || n_new < 1)
     return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P, (long long)n_new);
-  if (drafter && (k < 1 || k > MTPQ_MAX_K || k + 1 > MTPQ_TARGET_MAX_VERIFY))
-    return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d", k, MTPQ_MAX_K);
+  const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
+  if (drafter && (k < 1 || k > kmax))
+    return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d (the %s backend)", k, kmax,
+                        be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU");
   if (drafter && mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t))
     return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "the drafter's hidden size %lld is not the target's %lld",
                         (long long)mtpq_rt_model_hidden(drafter), (long long)mtpq_target_hidden(t));
@@ -28,13 +37,22 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
   int32_t *tok = malloc((size_t)N * sizeof *tok);
   int64_t *pos = malloc((size_t)N * sizeof *pos);
   enum mtpq_status rc = !h || !out || !tok || !pos ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory") : MTPQ_OK;
-  if (!rc) rc = mtpq_target_seq_open(t, be, N, drafter ? k + 1 : 1, &s, err);
+  enum { CHUNK = 8 }; /* prompt tokens a forward */
+  if (!rc) rc = mtpq_target_seq_open(t, be, N, drafter && k + 1 > CHUNK ? k + 1 : CHUNK, &s, err);
   if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
-  /* the prompt: its hidden states, and the target's first token */
-  double t0 = mtpq__now();
-  for (int64_t p = 0; !rc && p < P; p++)
-    rc = mtpq_target_step(s, x[p], h + p * H, NULL, p == P - 1 ? &x[P] : NULL, err);
-  ts += mtpq__now() - t0;
+  /* the prompt: its hidden states, and the target's first token (the
+   * argmax after its last token) */
+  const double start = mtpq__now();
+  for (int64_t p = 0; !rc && p < P; p += CHUNK) {
+    const int T = P - p < CHUNK ? (int)(P - p) : CHUNK;
+    int32_t a[CHUNK];
+    rc = mtpq_target_verify(s, T, x + p, h + p * H, p + T == P ? a : NULL, err); /* the head: last chunk only */
+    if (!rc) rc = mtpq_target_accept(s, T - 1, err);
+    if (!rc && p + T == P) x[P] = a[T - 1];
+    bf16_rows(h + p * H, T * H);
+  }
+  const double gen0 = mtpq__now();
+  double t0;
   int64_t c = P, from = 0;
   while (!rc && c < N - 1) {
     if (!drafter) { /* the target alone: x[c] in, x[c + 1] out */
@@ -63,6 +81,7 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
     memcpy(v + 1, d, (size_t)keff * sizeof *v);
     t0 = mtpq__now();
     rc = mtpq_target_verify(s, keff + 1, v, h + c * H, a, err);
+    bf16_rows(h + c * H, (keff + 1) * H);
     int j = 0;
     while (!rc && j < keff && d[j] == a[j]) j++;
     if (!rc) rc = mtpq_target_accept(s, j, err);
@@ -77,8 +96,7 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
   }
   acc.draft_s = ds;
   if (st) *st = acc;
-  if (target_s) *target_s = ts;
-  if (draft_s) *draft_s = ds;
+  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds};
   mtpq_session_close(dr);
   mtpq_target_seq_close(s);
   free(h), free(out), free(tok), free(pos);

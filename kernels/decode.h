@@ -21,13 +21,22 @@
 #include "kernels/runtime.h"
 #include "kernels/target.h"
 
+/* Wall-clock seconds of one decode: the prompt's prefill, then the
+ * generation (target: verify or decode steps and accepting; draft: the
+ * drafter's catch-up and drafting; the rest is the loop's own work). */
+struct mtpq_decode_times {
+  double prefill_s, gen_s, target_s, draft_s;
+};
+
 /* out[0, P + n_new): the prompt, then n_new greedy tokens. drafter NULL: no
- * speculation (the target alone, a token a step). st (may be NULL):
- * rounds, drafted and accepted tokens per position, as bench-acceptance
- * counts them; target_s / draft_s (may be NULL): seconds in each. */
+ * speculation (the target alone, a token a step). The prompt runs through
+ * the target in forwards of up to 8 tokens. The drafter reads the target's
+ * hidden states rounded to BF16, as a BF16 model hands them over. st (may be NULL): rounds,
+ * drafted and accepted tokens per position, as bench-acceptance counts
+ * them; tm (may be NULL): where the time went. k: 1..7 on the CUDA backend
+ * (a verify of k + 1 <= 8 tokens), 1..MTPQ_MAX_K on the CPU. */
 enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *out,
-                                    struct mtpq_accept_stats *st, double *target_s, double *draft_s,
-                                    struct mtpq_err *err);
+                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err);
 
 #endif

@@ -1,6 +1,8 @@
 /* Greedy draft/verify replay; see kernels/replay.h. */
 #include "kernels/replay.h"
 
+#include <math.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,24 @@ double mtpq_accept_mal(const struct mtpq_accept_stats *s) {
   for (int i = 0; i < s->k; i++) acc += (double)s->accepted[i];
   return s->drafts ? 1.0 + acc / (double)s->drafts : 0.0;
 }
+double mtpq_accept_mal_ci95(const struct mtpq_accept_stats *s) {
+  if (s->drafts < 2) return 0.0;
+  /* rounds accepting exactly j drafts: accepted[j - 1] - accepted[j] (accepted[-1]: every round) */
+  const double n = (double)s->drafts, mean = mtpq_accept_mal(s) - 1.0;
+  double ss = 0;
+  for (int j = 0; j <= s->k; j++) {
+    const double ge = j ? (double)s->accepted[j - 1] : n, gt = j < s->k ? (double)s->accepted[j] : 0.0;
+    ss += (ge - gt) * ((double)j - mean) * ((double)j - mean);
+  }
+  return 1.96 * sqrt(ss / (n - 1.0) / n);
+}
+
+double mtpq_accept_perpos_ci95(const struct mtpq_accept_stats *s, int i) {
+  if (!s->drafts) return 0.0;
+  const double p = mtpq_accept_perpos(s, i);
+  return 1.96 * sqrt(p * (1.0 - p) / (double)s->drafts);
+}
+
 double mtpq_accept_cond(const struct mtpq_accept_stats *s, int i) {
   return s->reached[i] ? (double)s->accepted[i] / (double)s->reached[i] : 0.0;
 }

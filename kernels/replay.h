@@ -57,6 +57,11 @@ void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats
  *   tokens_per_s  drafted tokens / drafter time
  * Each is 0 where its denominator is. */
 double mtpq_accept_mal(const struct mtpq_accept_stats *s);
+/* half-widths of 95% intervals (normal approximation over rounds): of the
+ * MAL (from the spread of the accepted length per round, which the counts
+ * per position determine) and of perpos i (binomial) */
+double mtpq_accept_mal_ci95(const struct mtpq_accept_stats *s);
+double mtpq_accept_perpos_ci95(const struct mtpq_accept_stats *s, int i);
 double mtpq_accept_cond(const struct mtpq_accept_stats *s, int i);
 double mtpq_accept_perpos(const struct mtpq_accept_stats *s, int i);
 double mtpq_accept_step_us(const struct mtpq_accept_stats *s);

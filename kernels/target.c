@@ -19,7 +19,8 @@ struct mtpq_target_seq {
   void *gpu;                 /* the CUDA backend's sequence (kernels/target_cuda.h), or NULL: the CPU reference */
   float *gdn_conv, *gdn_rec; /* CUDA: mtpq_target_seq_gdn's host copies */
   int64_t max_pos, len;
-  float **kc, **vc; /* per layer, NULL where the layer has none */
+  float **kc, **vc;        /* per layer, NULL where the layer has none */
+  uint16_t **kc16, **vc16; /* mtpq_target_seq_kv_bf16: the BF16 cache instead, per layer */
   /* GDN state, per layer: nbuf buffers (conv [conv_dim][K - 1], rec
    * [HV][dk][dv]); the state now is buffer cur, and a verify of T tokens
    * writes token t's state into buffer (cur + 1 + t) % nbuf, so that
@@ -289,6 +290,8 @@ void mtpq_target_seq_close(struct mtpq_target_seq *s) {
     if (s->conv) free(s->conv[i]);
     if (s->rec) free(s->rec[i]);
   }
+  for (int64_t i = 0; s->kc16 && i < s->t->L; i++) free(s->kc16[i]), free(s->vc16[i]);
+  free(s->kc16), free(s->vc16);
   free(s->kc), free(s->vc), free(s->conv), free(s->rec);
   float *bufs[] = {s->h,  s->a,  s->y,  s->m,    s->qg, s->kk, s->vv, s->att, s->sc, s->pr,
                    s->g1, s->u1, s->t1, s->proj, s->zz, s->bb, s->aa, s->mix, s->o};
@@ -478,7 +481,8 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
     const struct tlayer *l = &t->layers[i];
     rt_zcnorm(h, l->in_norm, H, t->eps, a);
     if (l->kind == 'A')
-      rt_cpu_attention(&l->attn, a, pos, 0, NULL, NULL, s->kc[i], s->vc[i], &as, y);
+      rt_cpu_attention(&l->attn, a, pos, 0, s->kc16 ? s->kc16[i] : NULL, s->kc16 ? s->vc16[i] : NULL,
+                       s->kc16 ? NULL : s->kc[i], s->kc16 ? NULL : s->vc[i], &as, y);
     else
       gdn_step(t, l, s, i, src, dst, a, y);
     for (int64_t j = 0; j < H; j++) h[j] += y[j];
@@ -557,6 +561,18 @@ enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtp
   return MTPQ_OK;
 }
 
+enum mtpq_status mtpq_target_seq_kv_bf16(struct mtpq_target_seq *s, struct mtpq_err *err) {
+  if (s->gpu || s->kc16) return MTPQ_OK;
+  if (s->len) return mtpq_err_set(err, MTPQ_E_INVAL, "the K/V cache's format is set before the first token");
+  const struct mtpq_target *t = s->t;
+  const size_t n = (size_t)(s->max_pos * t->Nkv * t->D) * 2;
+  int ok = (s->kc16 = calloc((size_t)t->L, sizeof *s->kc16)) && (s->vc16 = calloc((size_t)t->L, sizeof *s->vc16));
+  for (int64_t i = 0; ok && i < t->L; i++)
+    if (t->layers[i].kind == 'A') ok = (s->kc16[i] = malloc(n)) && (s->vc16[i] = malloc(n));
+  if (!ok) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory for a BF16 K/V cache");
+  return MTPQ_OK;
+}
+
 enum mtpq_status mtpq_target_seq_jump(struct mtpq_target_seq *s, int64_t len, struct mtpq_err *err) {
   if (len < 0 || len >= s->max_pos)
     return mtpq_err_set(err, MTPQ_E_INVAL, "length %lld in a %lld-position sequence", (long long)len,
@@ -566,6 +582,15 @@ enum mtpq_status mtpq_target_seq_jump(struct mtpq_target_seq *s, int64_t len, st
 }
 
 double mtpq_target_seq_last_us(const struct mtpq_target_seq *s) { return s->gpu ? mtpq__tcuda_last_us(s->gpu) : -1; }
+
+int mtpq_target_seq_profile(struct mtpq_target_seq *s, int T, const char **names, double *us, int max,
+                            struct mtpq_err *err) {
+  if (!s->gpu) {
+    mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "a kernel profile needs the CUDA backend");
+    return -1;
+  }
+  return mtpq__tcuda_profile(s->gpu, T, names, us, max, err);
+}
 
 static int64_t lin_bytes(const struct lin *L) {
   if (!L->w) return 0;

@@ -74,6 +74,10 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
 enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                     int32_t *argmax, struct mtpq_err *err);
 enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err);
+/* CPU: cache K and V in BF16 (rounded to nearest even) as the CUDA backend
+ * and vLLM cache a BF16 model, instead of float32; before the first token
+ * (the CUDA backend always does). */
+enum mtpq_status mtpq_target_seq_kv_bf16(struct mtpq_target_seq *s, struct mtpq_err *err);
 /* Benchmarks: make the sequence len tokens long without running them (the
  * cached K/V rows and the GDN state are whatever they hold: the kernels
  * read as many bytes as for a real context); a pending verify is dropped. */
@@ -81,6 +85,11 @@ enum mtpq_status mtpq_target_seq_jump(struct mtpq_target_seq *s, int64_t len, st
 /* the last step or verify's device time in microseconds (CUDA: events
  * around its graph, without the host's copies and wait), -1 on the CPU */
 double mtpq_target_seq_last_us(const struct mtpq_target_seq *s);
+/* CUDA: the last step or verify again, each kernel launched alone between
+ * two events: up to max kernel names and their microseconds summed over the
+ * layers; returns the count, or -1 (err set; the CPU backend has none) */
+int mtpq_target_seq_profile(struct mtpq_target_seq *s, int T, const char **names, double *us, int max,
+                            struct mtpq_err *err);
 /* Bytes one forward at context ctx reads at the least: every weight it
  * uses once (routed experts: top-k a layer, each once), the cached K/V of
  * ctx positions, the GDN states read and T written; the head when head. */

@@ -34,6 +34,10 @@ enum mtpq_status mtpq__tcuda_forward(void *s, int T, const int32_t *tokens, int6
                                      float *hidden, float *logits, int32_t *argmax, struct mtpq_err *err);
 /* the GDN state of a linear-attention layer in slot: conv [conv_dim][K - 1], rec [HV][dk][dv] (host copies) */
 enum mtpq_status mtpq__tcuda_seq_gdn(void *s, int layer, int slot, float *conv, float *rec, struct mtpq_err *err);
+/* the last forward again, each kernel alone between two events: up to max
+ * kernel names (borrowed) and their microseconds summed over the layers;
+ * the count, or -1 with err */
+int mtpq__tcuda_profile(void *s, int T, const char **names, double *us, int max, struct mtpq_err *err);
 /* the last forward's device time in microseconds (CUDA events around its graph), -1 before any */
 double mtpq__tcuda_last_us(void *s);
 

@@ -11,9 +11,12 @@
  *     equals the CPU decoding the first j + 1 tokens and that token, for
  *     every j (the state slots on the device);
  *   - one target past 256 cached positions (attention in several splits).
- * Tolerance: the CUDA backend caches K and V in BF16 (as vLLM caches a BF16
- * model) where the CPU reference keeps float32, and sums in another order;
- * TOL = 5e-3 (measured: see the closing notes in tests/bench/PERFORMANCE.md). */
+ * Both cache K and V in BF16 (the CPU through mtpq_target_seq_kv_bf16, as
+ * the CUDA backend and vLLM do) and sum in float32 in different orders, so
+ * a value a float ulp apart can round to neighbouring BF16 values; TOL =
+ * 1e-3. (Against the CPU's float32 cache the CUDA backend was 1.7e-3 ..
+ * 4.1e-3 off on the hybrid and synthetic targets and 1.9e-2 on the trained
+ * tiny model, H100, 2026-12-05.) */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +27,7 @@
 #include "kernels/target.h"
 #include "quant/gpu_quant.h"
 
-#define TOL 5e-3
+#define TOL 1e-3
 
 static double rel_err(const float *a, const float *b, size_t n) {
   double num = 0, den = 0;
@@ -64,6 +67,20 @@ static const struct tcase cases[] = {
     {"synthetic FP8", NULL, NULL, MTPQ_SYNTH_FP8, 24},
 };
 
+/* MTPQ_GPU_TARGET_CASES=1,3 (say): only those cases (a short check on the GPU machine) */
+static int wanted(int i) {
+  const char *e = getenv("MTPQ_GPU_TARGET_CASES");
+  if (!e || !*e) return 1;
+  for (const char *p = e; *p;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) break;
+    if (v == i) return 1;
+    p = *end ? end + 1 : end;
+  }
+  return 0;
+}
+
 static struct mtpq_target *open_case(const struct tcase *c) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
@@ -87,12 +104,14 @@ static int clear_argmax(const float *lg, int64_t V, float tol) {
 
 START_TEST(test_prefill_and_states) {
   const struct tcase *c = &cases[_i];
+  if (!wanted(_i)) return;
   struct mtpq_err err = {0};
   struct mtpq_target *t = open_case(c);
   const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
   const int P = c->P;
   struct mtpq_target_seq *cs = NULL, *gs = NULL;
   ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, P + 8, 4, &cs, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_kv_bf16(cs, &err), MTPQ_OK);
   ck_assert_msg(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, P + 8, 4, &gs, &err) == MTPQ_OK, "%s: %s", c->name, err.msg);
   float *hc = malloc((size_t)H * 4), *hg = malloc((size_t)H * 4), *lc = malloc((size_t)V * 4),
         *lg = malloc((size_t)V * 4);
@@ -138,6 +157,7 @@ END_TEST
 /* verify T on the device, accept j, one more token == the CPU's decode of j + 1 tokens and that token */
 START_TEST(test_verify_slots) {
   const struct tcase *c = &cases[_i];
+  if (!wanted(_i)) return;
   struct mtpq_err err = {0};
   struct mtpq_target *t = open_case(c);
   const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
@@ -149,6 +169,7 @@ START_TEST(test_verify_slots) {
   for (int j = 0; j < T; j++) {
     struct mtpq_target_seq *cs = NULL, *gs = NULL;
     ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, P + T + 2, 1, &cs, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_kv_bf16(cs, &err), MTPQ_OK);
     ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, P + T + 2, T, &gs, &err), MTPQ_OK);
     for (int p = 0; p < P; p++) {
       ck_assert_int_eq(mtpq_target_step(cs, x[p], NULL, NULL, NULL, &err), MTPQ_OK);

@@ -129,6 +129,32 @@ START_TEST(test_config_refusals) {
 }
 END_TEST
 
+/* the BF16 K/V cache option: set before the first token only; hidden
+ * states near the float32 cache's (BF16 rounding of K and V) but not equal */
+START_TEST(test_kv_bf16) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_int_eq(mtpq_target_open(models[0], &t, &err), MTPQ_OK);
+  const int64_t H = mtpq_target_hidden(t);
+  float *a = malloc((size_t)H * 4), *b = malloc((size_t)H * 4);
+  struct mtpq_target_seq *s32 = NULL, *s16 = NULL;
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 16, 1, &s32, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 16, 1, &s16, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_kv_bf16(s16, &err), MTPQ_OK);
+  for (int p = 0; p < 10; p++) {
+    ck_assert_int_eq(mtpq_target_step(s32, 5 + 7 * p, a, NULL, NULL, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_step(s16, 5 + 7 * p, b, NULL, NULL, &err), MTPQ_OK);
+  }
+  double num = 0, den = 0;
+  for (int64_t j = 0; j < H; j++) num += (double)(a[j] - b[j]) * (a[j] - b[j]), den += (double)a[j] * a[j];
+  ck_assert_msg(num > 0 && sqrt(num / den) < 2e-2, "BF16 vs float32 cache: relative difference %g", sqrt(num / den));
+  ck_assert_int_eq(mtpq_target_seq_kv_bf16(s32, &err), MTPQ_E_INVAL);
+  mtpq_target_seq_close(s32), mtpq_target_seq_close(s16);
+  free(a), free(b);
+  mtpq_target_close(t);
+}
+END_TEST
+
 /* Synthetic targets (kernels/target_synth.c), as the CUDA tests and the
  * 80B benchmark use them: each format set runs on the CPU reference with
  * finite, non-constant outputs, the same seed gives the same hidden states,
@@ -256,13 +282,13 @@ START_TEST(test_greedy_lossless) {
     const struct mtpq_trace *x = mtpq_traces_at(tr, q * 12); /* one code, one prose prompt */
     int32_t prompt[P], plain[P + NEW], spec[P + NEW];
     memcpy(prompt, x->tokens + 192 - P, sizeof prompt);
-    ck_assert_int_eq(mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt, P, NEW, 0, plain, NULL, NULL, NULL, &err),
+    ck_assert_int_eq(mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt, P, NEW, 0, plain, NULL, NULL, &err),
                      MTPQ_OK);
     for (int k = 1; k <= 8; k++) {
       struct mtpq_accept_stats st;
       const int q8 = k > 4; /* k 5..8: the quantized drafter at k - 4 */
       const int kk = q8 ? k - 4 : k;
-      ck_assert_msg(mtpq_decode_greedy(t, drs[q8], MTPQ_BACKEND_CPU, prompt, P, NEW, kk, spec, &st, NULL, NULL, &err) ==
+      ck_assert_msg(mtpq_decode_greedy(t, drs[q8], MTPQ_BACKEND_CPU, prompt, P, NEW, kk, spec, &st, NULL, &err) ==
                         MTPQ_OK,
                     "%s", err.msg);
       ck_assert_msg(!memcmp(plain, spec, sizeof plain),
@@ -294,6 +320,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_transformers_fixtures, 0, 3);
   tcase_add_test(tc, test_greedy_lossless);
   tcase_add_test(tc, test_synthetic);
+  tcase_add_test(tc, test_kv_bf16);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

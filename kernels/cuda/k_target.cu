@@ -82,7 +82,7 @@ struct tk_attn_args {
   const float *qg, *kk, *vv, *qn, *kn;
   uint16_t *kc, *vc;
   float *pm, *pl, *pacc, *att;
-  int Nq, Nkv, D, rot, NS;
+  int Nq, Nkv, D, rot, NS, T;
   int64_t QGS, KVS, ATS;
   float theta, eps;
 };
@@ -106,64 +106,135 @@ __global__ void k_t_kv(tk_attn_args A) {
   }
 }
 
-// grid (Nq, T, NS), block 256: query head h of token t over the cached
-// positions [s TA_C, (s + 1) TA_C) up to its own (pos0 + t): the split's
-// maximum score, its sum of exponentials and its unnormalised output
-__global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A) {
-  __shared__ float sh[32];
-  __shared__ float sc[TA_C];
-  extern __shared__ float q[]; // [D]
+// grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head
+// kv, token t, over the cached positions [s C, (s + 1) C) (C = ta_run) up to its
+// own (pos0 + t), so each cached row is read once for all of them: each
+// head's split maximum, sum of exponentials and unnormalised output. A lane
+// holds 8 consecutive elements of every head's query (D <= 256, D % 8 == 0:
+// the load checks) and reads the key row 16 bytes at a time; scores go to
+// shared memory; thread d sums column d of the values for the G heads.
+template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A) {
+  __shared__ float sc[G][TA_C];
+  __shared__ float qs[G][256];
+  __shared__ float mx[G], sm[G];
   rt_trigger();
-  const int h = blockIdx.x, t = blockIdx.y, s = blockIdx.z, D = A.D;
+  const int kv = blockIdx.x, t = blockIdx.y, s = blockIdx.z, D = A.D;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   rt_wait();
-  const int64_t pos = A.c->pos0 + t, lo = (int64_t)s * TA_C;
+  const int64_t C = ta_run(A.c->pos0 + A.T), pos = A.c->pos0 + t, lo = (int64_t)s * C;
   if (lo > pos) return;
-  const int64_t hi = lo + TA_C - 1 < pos ? lo + TA_C - 1 : pos;
-  const int n = (int)(hi - lo + 1), g = h / (A.Nq / A.Nkv), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int n = (int)((lo + C - 1 < pos ? lo + C - 1 : pos) - lo + 1);
   const int64_t KV = (int64_t)A.Nkv * D;
-  tk_zcnorm(A.qg + t * A.QGS + (int64_t)h * 2 * D, A.qn, D, A.eps, q, sh);
-  __syncthreads();
-  for (int j = threadIdx.x; j < A.rot / 2; j += blockDim.x) mtpq_rope_pair(q, j, A.rot, pos, A.theta);
+  // the queries: (1 + w) RMSNorm and RoPE, a warp per head
+  for (int g = w; g < G; g += 8) {
+    const float *q = A.qg + t * A.QGS + (int64_t)(kv * G + g) * 2 * D;
+    float ss = 0.0f;
+    for (int d = lane; d < D; d += 32) ss += q[d] * q[d];
+    const float r = 1.0f / sqrtf(rt_warp_sum(ss) / (float)D + A.eps);
+    for (int d = lane; d < D; d += 32) qs[g][d] = q[d] * r * (1.0f + A.qn[d]);
+    __syncwarp();
+    for (int j = lane; j < A.rot / 2; j += 32) mtpq_rope_pair(qs[g], j, A.rot, pos, A.theta);
+  }
   __syncthreads();
   const float scale = 1.0f / sqrtf((float)D);
+  const bool on = lane * 8 < D;
+  float qr[G][8];
+#pragma unroll
+  for (int g = 0; g < G; g++)
+#pragma unroll
+    for (int e = 0; e < 8; e++) qr[g][e] = on ? qs[g][lane * 8 + e] : 0.0f;
   for (int i = w; i < n; i += 8) {
-    const uint16_t *kp = A.kc + (lo + i) * KV + (int64_t)g * D;
-    float dot = 0.0f;
-    for (int d = lane; d < D; d += 32) dot += q[d] * rt_f32(kp[d]);
-    dot = rt_warp_sum(dot);
-    if (lane == 0) sc[i] = dot * scale;
+    float kx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (on) {
+      const uint4 u = *reinterpret_cast<const uint4 *>(A.kc + (lo + i) * KV + (int64_t)kv * D + lane * 8);
+      const uint32_t uu[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 f = rt_bf16x2(uu[e]);
+        kx[2 * e] = f.x, kx[2 * e + 1] = f.y;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; e++) dot += qr[g][e] * kx[e];
+      dot = rt_warp_sum(dot);
+      if (lane == 0) sc[g][i] = dot * scale;
+    }
   }
   __syncthreads();
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, sc[i]);
-  m = tk_block_max(m, sh);
-  float l = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) l += (sc[i] = expf(sc[i] - m));
-  l = tk_block_sum(l, sh); // (its barriers publish sc)
-  const int64_t o = ((int64_t)(t * A.Nq + h)) * A.NS + s;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++) acc += sc[i] * rt_f32(A.vc[(lo + i) * KV + (int64_t)g * D + d]);
-    A.pacc[o * D + d] = acc;
+  for (int g = w; g < G; g += 8) { // each head's maximum and sum of exponentials, a warp per head
+    float m = -INFINITY;
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, sc[g][i]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    float l = 0.0f;
+    for (int i = lane; i < n; i += 32) l += (sc[g][i] = expf(sc[g][i] - m));
+    l = rt_warp_sum(l);
+    if (lane == 0) mx[g] = m, sm[g] = l;
   }
-  if (threadIdx.x == 0) A.pm[o] = m, A.pl[o] = l;
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) acc[g] = 0.0f;
+    const uint16_t *vp = A.vc + lo * KV + (int64_t)kv * D + d;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) { // four rows' loads in flight before their sums
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) v[u] = rt_f32(vp[(int64_t)(i + u) * KV]);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int g = 0; g < G; g++) acc[g] += sc[g][i + u] * v[u];
+    }
+    for (; i < n; i++) {
+      const float v = rt_f32(vp[(int64_t)i * KV]);
+#pragma unroll
+      for (int g = 0; g < G; g++) acc[g] += sc[g][i] * v;
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) A.pacc[(((int64_t)(t * A.Nq + kv * G + g)) * A.NS + s) * D + d] = acc[g];
+  }
+  if (threadIdx.x < G) {
+    const int64_t o = ((int64_t)(t * A.Nq + kv * G + threadIdx.x)) * A.NS + s;
+    A.pm[o] = mx[threadIdx.x], A.pl[o] = sm[threadIdx.x];
+  }
 }
 
-// grid (Nq, T): the splits of query head h, token t, merged; x sigmoid(gate)
+// the attention of a forward: k_t_attn for the query heads per KV head (1, 2, 4, 8 or 16: the load checks)
+static void attn_run(gpu_session *g, const tk_attn_args &aa, int T, int NS) {
+  const dim3 grid((unsigned)aa.Nkv, T, (unsigned)NS), blk(256);
+  switch (aa.Nq / aa.Nkv) {
+  case 1: go(g, true, k_t_attn<1>, grid, blk, 0, aa); break;
+  case 2: go(g, true, k_t_attn<2>, grid, blk, 0, aa); break;
+  case 4: go(g, true, k_t_attn<4>, grid, blk, 0, aa); break;
+  case 8: go(g, true, k_t_attn<8>, grid, blk, 0, aa); break;
+  default: go(g, true, k_t_attn<16>, grid, blk, 0, aa); break;
+  }
+}
+
+// grid (Nq, T): the splits of query head h, token t, merged (each split's
+// factor exp(m_s - M) computed once into shared memory); x sigmoid(gate)
 __global__ void k_t_comb(tk_attn_args A) {
+  __shared__ float sh[32];
+  __shared__ float f[TA_NSMAX];
   rt_trigger();
   rt_wait();
   const int h = blockIdx.x, t = blockIdx.y, D = A.D;
-  const int ns = (int)((A.c->pos0 + t) / TA_C) + 1;
+  const int n1 = (int)((A.c->pos0 + t) / ta_run(A.c->pos0 + A.T)) + 1, ns = n1 < A.NS ? n1 : A.NS;
   const int64_t o = ((int64_t)(t * A.Nq + h)) * A.NS;
   float M = -INFINITY;
-  for (int s = 0; s < ns; s++) M = fmaxf(M, A.pm[o + s]);
+  for (int s = threadIdx.x; s < ns; s += blockDim.x) M = fmaxf(M, A.pm[o + s]);
+  M = tk_block_max(M, sh);
   float L = 0.0f;
-  for (int s = 0; s < ns; s++) L += A.pl[o + s] * expf(A.pm[o + s] - M);
+  for (int s = threadIdx.x; s < ns; s += blockDim.x) f[s] = expf(A.pm[o + s] - M), L += A.pl[o + s] * f[s];
+  L = tk_block_sum(L, sh); // (its barriers publish f)
   const float *gate = A.qg + t * A.QGS + (int64_t)h * 2 * D + D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.0f;
-    for (int s = 0; s < ns; s++) acc += A.pacc[(o + s) * D + d] * expf(A.pm[o + s] - M);
+    for (int s = 0; s < ns; s++) acc += A.pacc[(o + s) * D + d] * f[s];
     A.att[t * A.ATS + (int64_t)h * D + d] = acc / L * tk_sigm(gate[d]);
   }
 }
@@ -294,51 +365,51 @@ __global__ void k_t_gnorm(tk_gdn_args A) {
     A.o2[t * A.VS + (int64_t)h * dv + j] = A.gnorm[j] * (o[j] * rn) * tk_silu(A.proj[t * A.PS + A.z_src[h * dv + j]]);
 }
 
-// grid T, block 256: softmax over the router's logits, top-k (ties to the
-// lower expert), the weights (renormalised with norm_topk) into sel and
-// wsel (RT_KST a token), and wsel[K] = sigmoid(shared_expert_gate) (1 without one)
+// grid T, one warp a token: softmax over the router's logits (lane l
+// holds experts l, l + 32, ... in registers), top-k by K rounds of a
+// warp-wide max of 64-bit keys (ties to the lower expert; each lane marks
+// its chosen experts in a bit mask; shuffles only, no barrier), the weights
+// (renormalised with norm_topk) into sel and wsel (RT_KST a token), and
+// wsel[K] = sigmoid(shared_expert_gate) (1 without one)
 __global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, int K, int norm, float *wsel, int *sel) {
-  __shared__ float sh[32];
-  __shared__ unsigned long long keys[8];
-  __shared__ int chosen[RT_TMAX];
   rt_trigger();
   rt_wait();
-  const int t = blockIdx.x;
+  const int t = blockIdx.x, lane = threadIdx.x;
   const float *p = pr + t * prs;
+  float v[TK_EMAX];
   float m = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) m = fmaxf(m, p[e]);
-  m = tk_block_max(m, sh);
+#pragma unroll
+  for (int j = 0; j < TK_EMAX; j++) {
+    v[j] = lane + 32 * j < E ? p[lane + 32 * j] : -INFINITY;
+    m = fmaxf(m, v[j]);
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   float s = 0.0f;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) s += expf(p[e] - m);
-  s = tk_block_sum(s, sh);
+#pragma unroll
+  for (int j = 0; j < TK_EMAX; j++) s += lane + 32 * j < E ? expf(v[j] - m) : 0.0f;
+  s = rt_warp_sum(s);
+  unsigned long long used = 0;
+  int mine = 0;
   float wsum = 0.0f;
   for (int k = 0; k < K; k++) {
     unsigned long long best = 0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      bool used = false;
-      for (int q = 0; q < k; q++) used |= chosen[q] == e;
-      if (!used) {
-        const unsigned long long key = rt_argmax_key(p[e], (uint32_t)e);
-        best = key > best ? key : best;
-      }
+#pragma unroll
+    for (int j = 0; j < TK_EMAX; j++) {
+      const unsigned long long key = rt_argmax_key(v[j], (uint32_t)(lane + 32 * j));
+      if (lane + 32 * j < E && !(used >> j & 1) && key > best) best = key;
     }
     best = rt_warp_max_key(best);
-    if ((threadIdx.x & 31) == 0) keys[threadIdx.x >> 5] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned long long b = 0;
-      for (int w = 0; w < (int)(blockDim.x >> 5); w++) b = keys[w] > b ? keys[w] : b;
-      chosen[k] = (int)(0xFFFFFFFFu - (uint32_t)(b & 0xFFFFFFFFu));
-    }
-    __syncthreads();
-    wsum += expf(p[chosen[k]] - m) / s;
+    const int c = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
+    if ((c & 31) == lane) used |= 1ull << (c >> 5);
+    if (lane == k) mine = c;
+    wsum += expf(p[c] - m) / s;
   }
-  if (threadIdx.x < K) {
-    const float wk = expf(p[chosen[threadIdx.x]] - m) / s;
-    sel[t * RT_KST + threadIdx.x] = chosen[threadIdx.x];
-    wsel[t * RT_KST + threadIdx.x] = norm ? wk / wsum : wk;
+  if (lane < K) {
+    const float wk = expf(p[mine] - m) / s;
+    sel[t * RT_KST + lane] = mine;
+    wsel[t * RT_KST + lane] = norm ? wk / wsum : wk;
   }
-  if (threadIdx.x == 0) wsel[t * RT_KST + K] = sz ? tk_sigm(sz[t]) : 1.0f;
+  if (lane == 0) wsel[t * RT_KST + K] = sz ? tk_sigm(sz[t]) : 1.0f;
 }
 
 __global__ void k_t_swiglu(const float *g, const float *u, float *a, int64_t n) {
@@ -355,10 +426,11 @@ void t_enqueue(tseq *s, int T, int head) {
   const tplan &p = m->plans[T];
   const int64_t H = m->H, HS = m->HS;
   g->on = g->st;
-  go(g, true, k_t_embed, dim3(T), dim3(256), 0, (const tcall *)s->call, m->embed, t->embed_f32, H, HS,
+  go(g, false, k_t_embed, dim3(T), dim3(256), 0, (const tcall *)s->call, m->embed, t->embed_f32, H, HS,
      (const float *)m->L[0].in_norm, t->eps, m->h, m->a, g->x.best);
+  mark(g, "embedding + norm");
   tk_attn_args aa = {s->call, m->qg, m->kk, m->vv, nullptr, nullptr, nullptr, nullptr, m->pm, m->pl, m->pacc, m->att,
-                     (int)t->Nq, (int)t->Nkv, (int)t->D, (int)t->rot, (int)m->NSMAX, m->QGS, m->KVS, m->ATS,
+                     (int)t->Nq, (int)t->Nkv, (int)t->D, (int)t->rot, (int)m->NSMAX, T, m->QGS, m->KVS, m->ATS,
                      t->theta, t->eps};
   tk_gdn_args ga = {s->call, m->proj, nullptr, nullptr, nullptr, nullptr, m->chan_src, m->z_src, m->b_src, m->a_src,
                     nullptr, nullptr, m->mixo, m->o, m->o2, T, (int)t->HK, (int)t->HV, (int)t->dk, (int)t->dv,
@@ -366,40 +438,56 @@ void t_enqueue(tseq *s, int T, int head) {
   for (int64_t i = 0; i < t->L; i++) {
     const tlayer_dev &l = m->L[i];
     launch_mv(g, p.proj[i]);
+    mark(g, l.kind == 'A' ? "attn q/k/v" : "gdn in_proj");
     if (l.kind == 'A') {
       aa.qn = l.qn, aa.kn = l.kn, aa.kc = s->kc[i], aa.vc = s->vc[i];
       const size_t sm = (size_t)t->D * 4;
       go(g, true, k_t_kv, dim3((unsigned)t->Nkv, T), dim3(128), sm, aa);
-      go(g, true, k_t_attn, dim3((unsigned)t->Nq, T, (unsigned)m->NSMAX), dim3(256), sm, aa);
+      mark(g, "attn k norm+rope, cache");
+      attn_run(g, aa, T, (int)m->NSMAX);
+      mark(g, "attn splits");
       go(g, true, k_t_comb, dim3((unsigned)t->Nq, T), dim3(128), 0, aa);
+      mark(g, "attn combine + gate");
     } else {
       ga.conv_w = l.conv_w, ga.A_log = l.A_log, ga.dt_bias = l.dt_bias, ga.gnorm = l.gnorm;
       ga.conv = s->conv[i], ga.rec = s->rec[i];
       go(g, true, k_t_conv, dim3((unsigned)((t->conv_dim + 127) / 128)), dim3(128), 0, ga);
+      mark(g, "gdn conv");
       const int rg = (int)((t->dk + TK_RPT - 1) / TK_RPT);
       go(g, true, k_t_gdn, dim3((unsigned)t->HV, (unsigned)((t->dv + 31) / 32)), dim3(32 * rg), 0, ga);
+      mark(g, "gdn recurrence");
       go(g, true, k_t_gnorm, dim3((unsigned)t->HV, T), dim3(128), 0, ga);
+      mark(g, "gdn gated norm");
     }
     launch_mv(g, p.out[i]);
+    mark(g, l.kind == 'A' ? "attn o_proj" : "gdn out_proj");
     go(g, true, k_t_addnorm, dim3(T), dim3(256), 0, (const float *)m->y, (const float *)nullptr,
        (const float *)nullptr, HS, m->h, H, HS, (const float *)l.post_norm, t->eps, m->a, HS);
+    mark(g, "residual + norm");
     const int64_t slots = (int64_t)T * m->S * m->IM;
     const unsigned sb = (unsigned)((slots + 255) / 256 < 1024 ? (slots + 255) / 256 : 1024);
     if (l.router >= 0) {
       launch_mv(g, p.rs[i]);
-      go(g, true, k_t_route, dim3(T), dim3(256), 0, (const float *)m->pr, m->E, (const float *)(l.seg >= 0 ? m->sz : nullptr),
+      mark(g, "router");
+      go(g, true, k_t_route, dim3(T), dim3(32), 0, (const float *)m->pr, m->E, (const float *)(l.seg >= 0 ? m->sz : nullptr),
          (int)m->E, (int)m->K, t->layers[i].mlp.norm_topk, g->x.wsel, g->x.sel);
+      mark(g, "softmax + top-k");
     }
     launch_mv(g, p.gu[i]);
+    mark(g, "mlp gate/up");
     go(g, true, k_t_swiglu, dim3(sb), dim3(256), 0, (const float *)m->gb, (const float *)m->ub, m->act, slots);
+    mark(g, "mlp swiglu");
     launch_mv(g, p.down[i]);
+    mark(g, "mlp down");
     // the separate shared expert (when it cannot be the down launch's last term) went to y2, weighted by wsel[K]
     const bool sep = l.router >= 0 && l.sg >= 0 && !l.shared_term;
     const bool last = i + 1 == t->L;
     go(g, true, k_t_addnorm, dim3(T), dim3(256), 0, (const float *)m->y, (const float *)(sep ? m->y2 : nullptr),
        (const float *)(g->x.wsel + m->K), HS, m->h, H, HS, (const float *)(last ? m->final_norm : m->L[i + 1].in_norm),
        t->eps, last ? m->hid : m->a, HS);
+    mark(g, "residual + norm");
   }
   if (head == 1) launch_mv(g, p.head);
   if (head == 2) launch_mv(g, p.head_logits);
+  mark(g, "head + argmax");
 }

@@ -36,7 +36,25 @@ extern "C" {
 #include "kernels/target_model.h"
 }
 
-#define TA_C 256 // cached positions per attention split
+// Attention splits: a call of T tokens at pos0 splits the cached positions
+// [0, pos0 + T) into runs of ta_run(pos0 + T) positions (64 .. TA_C, a
+// multiple of 64): short contexts in runs of 64 so that about TA_SPLITS runs
+// per KV head keep the SMs busy, long ones in runs of TA_C (the scores'
+// shared memory). The grid holds ta_grid(max_pos) splits; those past a
+// call's positions return at once.
+#define TA_C 256
+#define TA_SPLITS 128
+#define TA_NSMAX 4096 // splits a sequence may need (max_pos <= TA_NSMAX x TA_C)
+__host__ __device__ inline int64_t ta_run(int64_t n) {
+  const int64_t c = ((n + TA_SPLITS - 1) / TA_SPLITS + 63) / 64 * 64;
+  return c < 64 ? 64 : c > TA_C ? TA_C : c;
+}
+__host__ __device__ inline int64_t ta_grid(int64_t max_pos) {
+  const int64_t a = (max_pos + TA_C - 1) / TA_C, b = (max_pos + 63) / 64;
+  return a > (b < TA_SPLITS ? b : TA_SPLITS) ? a : (b < TA_SPLITS ? b : TA_SPLITS);
+}
+
+#define TK_EMAX 64 // experts a lane of the routing warp holds (E <= 32 TK_EMAX)
 
 // a call's inputs, on the device (one per sequence, written before each graph launch)
 struct tcall {

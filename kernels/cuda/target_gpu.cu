@@ -113,9 +113,12 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
                         "%s: conv kernel %lld, key head dim %lld: the CUDA backend takes up to 9 and 256", dir,
                         (long long)t->Kc, (long long)t->dk);
-  if (t->D > 1024 || t->rot / 2 > 1024)
-    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: head_dim %lld: the CUDA backend takes up to 1024", dir,
-                        (long long)t->D);
+  const int64_t G = t->Nq / t->Nkv;
+  if (t->D > 256 || t->D % 8 || (G != 1 && G != 2 && G != 4 && G != 8 && G != 16))
+    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
+                        "%s: head_dim %lld, %lld query heads per KV head: the CUDA backend takes head_dim <= 256 (a "
+                        "multiple of 8) and 1, 2, 4, 8 or 16 query heads per KV head",
+                        dir, (long long)t->D, (long long)G);
   m->t = t;
   g->set.pdl = g->set.tune.pdl, g->set.glu = 0, g->set.lt_min = 0, g->set.fast = 1;
   cudaGetDevice(&dev);
@@ -143,9 +146,10 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
                             "backend takes one top-k", dir, (long long)K, (long long)l->mlp.topk);
       E = l->mlp.E > E ? l->mlp.E : E, K = l->mlp.topk;
       IM = l->mlp.eg[0].rows > IM ? l->mlp.eg[0].rows : IM;
-      if (l->mlp.topk > RT_TMAX - 1 || l->mlp.E > 1 << 20)
-        return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: top-%lld of %lld experts: the CUDA backend takes top-k <= %d",
-                            dir, (long long)l->mlp.topk, (long long)l->mlp.E, RT_TMAX - 1);
+      if (l->mlp.topk > RT_TMAX - 1 || l->mlp.E > 32 * TK_EMAX)
+        return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
+                            "%s: top-%lld of %lld experts: the CUDA backend takes top-k <= %d of up to %d", dir,
+                            (long long)l->mlp.topk, (long long)l->mlp.E, RT_TMAX - 1, 32 * TK_EMAX);
     }
     if (l->mlp.sg.w) IM = l->mlp.sg.rows > IM ? l->mlp.sg.rows : IM;
   }
@@ -216,7 +220,7 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
   m->H = t->H, m->HS = al16(t->H), m->P = 2 * kd + 2 * vd + 2 * t->HV, m->PS = al16(m->P), m->MS = al16(t->conv_dim);
   m->VS = al16(vd), m->QGS = al16(2 * t->Nq * t->D), m->KVS = al16(t->Nkv * t->D), m->ATS = al16(t->Nq * t->D);
   m->E = E, m->K = K, m->IM = al16(IM), m->S = K + 1;
-  m->NSMAX = 1;
+  m->NSMAX = 0; /* the first sequence allocates the attention's partials */
   const int64_t slots = NM * m->S * m->IM;
   float **bufs[] = {&m->h, &m->a, &m->y, &m->y2, &m->proj, &m->mixo, &m->o, &m->o2, &m->qg, &m->kk, &m->vv, &m->att,
                     &m->pr, &m->sz, &m->gb, &m->ub, &m->act, &m->hid, &m->logits};
@@ -291,9 +295,12 @@ static enum mtpq_status build(tgpu *m, int T, struct mtpq_err *err) {
             x.tok = tok, x.t[0].sel_k = (int)k;
             gu.push_back(x);
           }
-      if (l.sg >= 0) {
-        gu.push_back(dense_task(l.sg, m->a, HS, m->gb + K * m->IM, SI, T));
-        gu.push_back(dense_task(l.su, m->a, HS, m->ub + K * m->IM, SI, T));
+      // the shared expert a task per token too: every task of the launch one token, so it runs on k_mv's
+      // one-token kernels (with the shared expert at T tokens the whole launch took the T-token ones, whose
+      // registers go to tokens the routed tasks do not have: 4.9 ms of 11.6 at T = 4, ledger 29)
+      for (int tok = 0; l.sg >= 0 && tok < T; tok++) {
+        gu.push_back(dense_task(l.sg, m->a + tok * HS, HS, m->gb + tok * SI + K * m->IM, SI, 1));
+        gu.push_back(dense_task(l.su, m->a + tok * HS, HS, m->ub + tok * SI + K * m->IM, SI, 1));
       }
       for (int tok = 0; tok < T; tok++) {
         mv_task x = dense_task(l.ex + (int)(2 * E), nullptr, 0, m->y + tok * HS, 0, 1);
@@ -338,6 +345,9 @@ extern "C" void mtpq__tcuda_seq_close(void *p) {
 extern "C" enum mtpq_status mtpq__tcuda_seq_open(struct mtpq_target *t, int64_t max_pos, int nbuf, void **out,
                                                  struct mtpq_err *err) {
   *out = nullptr;
+  if (max_pos > (int64_t)TA_NSMAX * TA_C)
+    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "a %lld-position sequence: the CUDA backend takes up to %lld",
+                        (long long)max_pos, (long long)TA_NSMAX * TA_C);
   enum mtpq_status st = mtpq__tcuda_load(t, err);
   if (st) return st;
   tgpu *m = static_cast<tgpu *>(t->gpu);
@@ -366,7 +376,7 @@ extern "C" enum mtpq_status mtpq__tcuda_seq_open(struct mtpq_target *t, int64_t 
               cudaEventCreate(&s->e0) != cudaSuccess || cudaEventCreate(&s->e1) != cudaSuccess))
     st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory or events");
   // the attention grid covers the longest context any sequence has (its splits past a call's positions return at once)
-  const int64_t ns = (max_pos + TA_C - 1) / TA_C;
+  const int64_t ns = ta_grid(max_pos);
   if (!st && ns > m->NSMAX) {
     gpu_session *g = &m->ctx;
       m->NSMAX = ns;
@@ -455,3 +465,36 @@ extern "C" enum mtpq_status mtpq__tcuda_seq_gdn(void *p, int layer, int slot, fl
 }
 
 extern "C" double mtpq__tcuda_last_us(void *p) { return static_cast<tseq *>(p)->last_us; }
+
+extern "C" int mtpq__tcuda_profile(void *p, int T, const char **names, double *us, int max, struct mtpq_err *err) {
+  tseq *s = static_cast<tseq *>(p);
+  tgpu *m = s->m;
+  gpu_session *g = &m->ctx;
+  if (T < 1 || T > MTPQ_TCUDA_MAX_T || !m->plans[T].built) {
+    mtpq_err_set(err, MTPQ_E_INVAL, "profile: run a forward of %d tokens first", T);
+    return -1;
+  }
+  // the last call's block again (its positions and slots), each kernel launched alone between two events
+  g->prof.ev.assign(2048, nullptr);
+  for (cudaEvent_t &e : g->prof.ev) cudaEventCreate(&e);
+  g->prof.on = true;
+  mark(g, "start");
+  t_enqueue(s, T, 1);
+  g->prof.on = false;
+  int k = 0;
+  if (cudaStreamSynchronize(g->st) == cudaSuccess)
+    for (size_t i = 1; i < g->prof.names.size(); i++) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, g->prof.ev[i - 1], g->prof.ev[i]);
+      int j = 0; // summed by name, in the order of first appearance
+      while (j < k && strcmp(names[j], g->prof.names[i])) j++;
+      if (j == k) {
+        if (k == max) continue;
+        names[k] = g->prof.names[i], us[k++] = 0;
+      }
+      us[j] += ms * 1e3;
+    }
+  for (cudaEvent_t e : g->prof.ev) cudaEventDestroy(e);
+  g->prof.ev.clear(), g->prof.names.clear();
+  return k;
+}

@@ -179,7 +179,7 @@ with open(pj, "w") as f:
     f.write(json.dumps({"text": "import os\nimport sys\n\ndef main(argv):\n    "}) + "\n")
     f.write(json.dumps({"text": "class Config:\n    def __init__(self, path):\n        self."}) + "\n")
 tr = os.path.join(tmp, "code-traces.safetensors")
-p1 = run("traces", "--target", TMD, "--prompts", pj, "-n", "24", "--out", tr)
+p1 = run("traces", "--backend", "cpu", "--target", TMD, "--prompts", pj, "-n", "24", "--out", tr)
 p2 = run("bench-acceptance", "--backend", "cpu", "--target", TMD, "--traces", tr, "--json")
 p3 = run("bench-acceptance", "--backend", "cpu", "--target", TMD, "--prompts", pj, "-n", "24", "--json")
 check(p1.returncode == 0 and p2.returncode == 0 and p3.returncode == 0,
@@ -190,6 +190,24 @@ if p2.returncode == 0 and p3.returncode == 0:
     check(strip(a2) == strip(a3) and list(a3["domains"]) == ["code"], f"--prompts vs --traces: {a2} {a3}")
     print(f"bench-acceptance --prompts (2 JSONL prompts, 24 tokens each): MAL {a3['all']['mean_acceptance_length']:.4f}"
           f", the same as mtpq traces + --traces")
+
+# ---- bench-decode (the live loop): its greedy acceptance equals the replay of mtpq traces' traces of the same
+# prompts, and its outputs equal the outputs without speculation ----
+p4 = run("bench-decode", "--backend", "cpu", "--target", TMD, "--prompts", pj, "-n", "24", "-k", "3", "--json")
+check(p4.returncode == 0, f"bench-decode: rc {p4.returncode} {p4.stderr}")
+if p4.returncode == 0 and p2.returncode == 0:
+    d = json.loads(p4.stdout)
+    none, stock = d["runs"][0], d["runs"][1]
+    a2 = json.loads(p2.stdout)["drafters"][0]["all"]
+    live = stock["all"]
+    check(stock["output_equals_no_speculation"] is True and none["drafter"] == "none", f"bench-decode: {stock}")
+    check(live["rounds"] == a2["drafts"] and live["per_position"] == a2["per_position"] and
+          live["mean_acceptance_length"] == a2["mean_acceptance_length"],
+          f"live loop vs replay: {live} vs {a2}")
+    check(0 < live["mal_ci95"] < 1 and len(live["per_position_ci95"]) == 3, f"intervals: {live}")
+    print(f"bench-decode (live, stock drafter, k = 3): MAL {live['mean_acceptance_length']:.4f} +- "
+          f"{live['mal_ci95']:.3f} over {live['rounds']} rounds, per position {live['per_position']}: equal to "
+          f"bench-acceptance's replay of mtpq traces; outputs equal to no speculation")
 
 # ---- 3. refusals ----
 TM = os.path.join(TINY, "model")

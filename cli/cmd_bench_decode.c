@@ -1,0 +1,225 @@
+/* mtpq bench-decode: live greedy speculative decoding with the target model
+ * in the runtime (kernels/decode.h): every prompt decoded without
+ * speculation, with the stock drafter (the target's mtp.*) and with each
+ * --drafter; acceptance per position and MAL with 95% intervals, tokens/s,
+ * speedups, where the time went, and whether every output equals the
+ * output without speculation (it must: greedy speculation is lossless). */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "kernels/decode.h"
+#include "kernels/record.h"
+#include "kernels/replay.h"
+#include "kernels/runtime.h"
+#include "kernels/target.h"
+
+const struct cli_opt bench_decode_opts[] = {
+    {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
+    {"drafter", 0, OPT_STR, OPT_MULTI, "DIR", "an mtpq drafter repo to compare with stock (repeatable)"},
+    {"prompts", 'p', OPT_STR, OPT_MULTI, "FILE",
+     "prompts (as mtpq traces reads them; repeatable; the file's name is the domain; required)"},
+    {"text-field", 0, OPT_STR, 0, "NAME", "the JSONL field holding a prompt (default text)"},
+    {"chat", 0, OPT_FLAG, 0, NULL, "JSONL prompts are chats (\"messages\"), rendered with Qwen's ChatML"},
+    {"new-tokens", 'n', OPT_UINT, 0, "N", "tokens generated after each prompt (default 96)"},
+    {"k", 'k', OPT_UINT, 0, "N", "draft tokens per round (default 3; CUDA: 1..7)"},
+    {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
+    {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
+    {NULL, 0, 0, 0, NULL, NULL},
+};
+
+#define MAX_RUNS 10 /* no speculation, stock, up to 8 drafters */
+
+struct run {
+  const char *name;
+  struct mtpq_rt_model *d; /* NULL: no speculation */
+  struct mtpq_accept_stats all, dom[MTPQ_MAX_DOMAINS];
+  struct mtpq_decode_times tm;
+  int64_t tokens; /* generated */
+  int lossless;   /* every output equal to the one without speculation */
+};
+
+static void add_times(struct mtpq_decode_times *a, const struct mtpq_decode_times *b) {
+  a->prefill_s += b->prefill_s, a->gen_s += b->gen_s, a->target_s += b->target_s, a->draft_s += b->draft_s;
+}
+
+static cJSON *stats_json(const struct mtpq_accept_stats *s) {
+  cJSON *o = cJSON_CreateObject(), *p = cJSON_AddArrayToObject(o, "per_position"),
+        *c = cJSON_AddArrayToObject(o, "per_position_ci95");
+  for (int i = 0; i < s->k; i++) {
+    cJSON_AddItemToArray(p, cJSON_CreateNumber(mtpq_accept_perpos(s, i)));
+    cJSON_AddItemToArray(c, cJSON_CreateNumber(mtpq_accept_perpos_ci95(s, i)));
+  }
+  cJSON_AddNumberToObject(o, "rounds", (double)s->drafts);
+  cJSON_AddNumberToObject(o, "mean_acceptance_length", mtpq_accept_mal(s));
+  cJSON_AddNumberToObject(o, "mal_ci95", mtpq_accept_mal_ci95(s));
+  return o;
+}
+
+/* the domain of prompt NAME.i: NAME */
+static void domain_of(const char *name, char *out, size_t cap) {
+  snprintf(out, cap, "%s", name);
+  char *dot = strrchr(out, '.');
+  if (dot && dot != out) *dot = 0;
+}
+
+int cmd_bench_decode(int argc, char **argv) {
+  struct cli_args a;
+  int help;
+  const char *cmd = "bench-decode";
+  if (cli_parse(cmd, bench_decode_opts, argc, argv, &a, &help)) return MTPQ_EXIT_USAGE;
+  const char *target = cli_str(bench_decode_opts, &a, "target");
+  const int ip = cli_opt_index(bench_decode_opts, "prompts"), idr = cli_opt_index(bench_decode_opts, "drafter");
+  if (!target || !a.set[ip] || a.npos) return cli_usage_error(cmd, "--target and --prompts are required");
+  if (a.set[idr] + 2 > MAX_RUNS) return cli_usage_error(cmd, "at most %d drafters", MAX_RUNS - 2);
+  const int64_t n_new = (int64_t)cli_uint(bench_decode_opts, &a, "new-tokens", 96);
+  const int k = (int)cli_uint(bench_decode_opts, &a, "k", 3);
+  if (n_new < 1 || n_new > 1000000) return cli_usage_error(cmd, "--new-tokens must be 1..1000000");
+  enum mtpq_backend be;
+  int rc = cli_backend(cmd, cli_str(bench_decode_opts, &a, "backend"), &be);
+  if (rc) return rc;
+  const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
+  if (k < 1 || k > kmax) return cli_usage_error(cmd, "-k must be 1..%d on the %s backend", kmax, be ? "CUDA" : "CPU");
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  struct mtpq_prompts p = {0};
+  struct run runs[MAX_RUNS];
+  memset(runs, 0, sizeof runs);
+  int nr = 0;
+  enum mtpq_status st = mtpq_target_open(target, &t, &err);
+  const char *field = cli_str(bench_decode_opts, &a, "text-field");
+  if (!st)
+    st = mtpq_prompts_read_files(a.multi[ip], a.set[ip], target, NULL, field ? field : "text",
+                                 cli_has(bench_decode_opts, &a, "chat"), 0, &p, &err);
+  runs[nr++].name = "none";
+  if (!st) runs[nr].name = "stock", st = mtpq_rt_model_open(target, NULL, &runs[nr].d, &err), nr += !st;
+  for (int i = 0; i < a.set[idr] && !st; i++) {
+    runs[nr].name = a.multi[idr][i];
+    st = mtpq_rt_model_open(target, a.multi[idr][i], &runs[nr].d, &err);
+    nr += !st;
+  }
+  char dom[MTPQ_MAX_DOMAINS][128];
+  int nd = 0, *pd = calloc(p.n ? p.n : 1, sizeof *pd);
+  for (size_t i = 0; !st && i < p.n; i++) {
+    char d[128];
+    domain_of(p.v[i].name, d, sizeof d);
+    int j = 0;
+    while (j < nd && strcmp(dom[j], d)) j++;
+    if (j == nd && nd == MTPQ_MAX_DOMAINS)
+      st = mtpq_err_set(&err, MTPQ_E_INVAL, "more than %d domains", MTPQ_MAX_DOMAINS);
+    else if (j == nd)
+      snprintf(dom[nd++], sizeof dom[0], "%s", d);
+    pd[i] = j;
+  }
+  int64_t most = 1;
+  for (size_t i = 0; i < p.n; i++) most = p.v[i].n > most ? p.v[i].n : most;
+  int32_t *base = malloc((size_t)(p.n * (size_t)(most + n_new)) * sizeof *base);
+  int32_t *out = malloc((size_t)(most + n_new) * sizeof *out);
+  if (!st && (!base || !out)) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
+  for (int r = 0; r < nr && !st; r++) {
+    runs[r].lossless = 1, runs[r].all.k = k;
+    for (int j = 0; j < nd; j++) runs[r].dom[j].k = k;
+    for (size_t i = 0; i < p.n && !st; i++) {
+      const int64_t P = p.v[i].n, N = P + n_new;
+      struct mtpq_accept_stats s = {0};
+      struct mtpq_decode_times tm;
+      int32_t *o = r == 0 ? base + i * (size_t)(most + n_new) : out;
+      st = mtpq_decode_greedy(t, runs[r].d, be, p.v[i].ids, P, n_new, k, o, &s, &tm, &err);
+      if (st) break;
+      add_times(&runs[r].tm, &tm);
+      runs[r].tokens += n_new;
+      if (r > 0) {
+        s.k = k;
+        mtpq_accept_add(&runs[r].all, &s), mtpq_accept_add(&runs[r].dom[pd[i]], &s);
+        runs[r].lossless &= !memcmp(o, base + i * (size_t)(most + n_new), (size_t)N * sizeof *o);
+      }
+      if (cli_verbosity >= 1 && isatty(2))
+        fprintf(stderr, "\rbench-decode: %s, %zu/%zu prompts", runs[r].name, i + 1, p.n);
+    }
+    if (cli_verbosity >= 1 && isatty(2)) fputc('\n', stderr);
+  }
+  if (st) goto done;
+  const double tps0 = (double)runs[0].tokens / runs[0].tm.gen_s;
+  const double tps1 = nr > 1 ? (double)runs[1].tokens / runs[1].tm.gen_s : 0;
+  if (cli_has(bench_decode_opts, &a, "json")) {
+    cJSON *jo = cJSON_CreateObject(), *ra = cJSON_AddArrayToObject(jo, "runs");
+    cJSON_AddStringToObject(jo, "target", target);
+    cJSON_AddStringToObject(jo, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
+    cJSON_AddNumberToObject(jo, "k", k);
+    cJSON_AddNumberToObject(jo, "prompts", (double)p.n);
+    cJSON_AddNumberToObject(jo, "new_tokens", (double)n_new);
+    for (int r = 0; r < nr; r++) {
+      cJSON *o = cJSON_CreateObject();
+      const double tps = (double)runs[r].tokens / runs[r].tm.gen_s;
+      cJSON_AddStringToObject(o, "drafter", runs[r].name);
+      cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+      cJSON_AddNumberToObject(o, "speedup_vs_none", tps / tps0);
+      if (nr > 1 && r > 0) cJSON_AddNumberToObject(o, "speedup_vs_stock", tps / tps1);
+      cJSON_AddNumberToObject(o, "prefill_s", runs[r].tm.prefill_s);
+      cJSON_AddNumberToObject(o, "generate_s", runs[r].tm.gen_s);
+      cJSON_AddNumberToObject(o, "target_s", runs[r].tm.target_s);
+      cJSON_AddNumberToObject(o, "draft_s", runs[r].tm.draft_s);
+      cJSON_AddBoolToObject(o, "output_equals_no_speculation", runs[r].lossless);
+      if (r > 0) {
+        cJSON_AddItemToObject(o, "all", stats_json(&runs[r].all));
+        cJSON *dj = cJSON_AddObjectToObject(o, "domains");
+        for (int j = 0; j < nd; j++) cJSON_AddItemToObject(dj, dom[j], stats_json(&runs[r].dom[j]));
+      }
+      cJSON_AddItemToArray(ra, o);
+    }
+    char *s = cJSON_Print(jo);
+    puts(s);
+    free(s);
+    cJSON_Delete(jo);
+  } else {
+    printf("bench-decode: %s, %s backend, greedy, k = %d, %zu prompts x %lld new tokens (%d domains)\n", target,
+           be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference", k, p.n, (long long)n_new, nd);
+    printf("%-28s %9s %8s %8s %14s %8s %8s %8s %9s\n", "drafter", "tokens/s", "vs none", "vs stock", "MAL (95% CI)",
+           "target%", "draft%", "other%", "lossless");
+    for (int r = 0; r < nr; r++) {
+      const struct run *x = &runs[r];
+      const double tps = (double)x->tokens / x->tm.gen_s, g = x->tm.gen_s;
+      char mal[32] = "-";
+      if (r > 0) snprintf(mal, sizeof mal, "%.3f +- %.3f", mtpq_accept_mal(&x->all), mtpq_accept_mal_ci95(&x->all));
+      const char *nm = strrchr(x->name, '/');
+      nm = nm && nm[1] ? nm + 1 : x->name;
+      char vs[16] = "-";
+      if (r > 1) snprintf(vs, sizeof vs, "%.3f", tps / tps1);
+      printf("%-28.28s %9.1f %8.3f %8s %14s %8.1f %8.1f %8.1f %9s\n", nm, tps, tps / tps0, vs, mal,
+             100 * x->tm.target_s / g, 100 * x->tm.draft_s / g, 100 * (g - x->tm.target_s - x->tm.draft_s) / g,
+             r ? (x->lossless ? "yes" : "NO") : "-");
+    }
+    for (int r = 1; r < nr; r++) {
+      const char *nm = strrchr(runs[r].name, '/');
+      nm = nm && nm[1] ? nm + 1 : runs[r].name;
+      for (int j = 0; j < nd; j++) {
+        const struct mtpq_accept_stats *s = &runs[r].dom[j];
+        printf("  %-20.20s %-16.16s MAL %.3f +- %.3f, per position:", nm, dom[j], mtpq_accept_mal(s),
+               mtpq_accept_mal_ci95(s));
+        for (int i = 0; i < k; i++) printf(" %.3f", mtpq_accept_perpos(s, i));
+        printf(" (%llu rounds)\n", (unsigned long long)s->drafts);
+      }
+    }
+    printf("tokens/s: generated tokens / generation wall time (the prompt's prefill apart: %.2f s in all for no "
+           "speculation); target/draft/other: shares of the generation time%s\n",
+           runs[0].tm.prefill_s,
+           be == MTPQ_BACKEND_CPU ? "; the CPU backend is the float32 scalar reference: its speeds say nothing of "
+                                    "a GPU's"
+                                  : "");
+  }
+done:
+  for (int r = 0; r < nr; r++) mtpq_rt_model_close(runs[r].d);
+  mtpq_prompts_free(&p);
+  mtpq_target_close(t);
+  free(base), free(out), free(pd);
+  if (st) return cli_fail(st, &err);
+  for (int r = 1; r < nr; r++)
+    if (!runs[r].lossless) {
+      cli_error("%s: the speculative output differs from the output without speculation", runs[r].name);
+      return MTPQ_EXIT_DIFFERS;
+    }
+  return 0;
+}
