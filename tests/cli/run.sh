@@ -130,5 +130,16 @@ has bv_ok out 'ok\.\{safetensors,pt,json\}: 20000 of 151669 ids'
 "$ST_TOOL" write "$SCRATCH/notr.safetensors" 1 >/dev/null # (random tensors of every dtype, no NAME.tokens)
 run acc_notraces 4 "$MTPQ" bench-acceptance --backend cpu --target "$MODEL" --traces "$SCRATCH/notr.safetensors" &&
   has acc_notraces err 'notr.safetensors: no traces' && empty acc_notraces out
+
+# bench-target and bench-decode: usage errors, and a CPU run of each on a small hybrid target
+HY=$TESTDATA/target/hybrid-next
+run bt_none 2 "$MTPQ" bench-target --backend cpu && has bt_none err 'one of --target or --synthetic'
+run bt_shape 2 "$MTPQ" bench-target --backend cpu --synthetic nope && has bt_shape err "no shape named 'nope'"
+run bt_verify 2 "$MTPQ" bench-target --backend cpu --target "$HY" --verify 9 && has bt_verify err 'verify must be 2..8'
+run bt_cpu 0 "$MTPQ" bench-target --backend cpu --target "$HY" --context 40 --verify 3 --prefill 20 --iters 2 --json &&
+  has bt_cpu out '"tokens":	3' && has bt_cpu out '"prefill_tokens_per_s"'
+run bd_none 2 "$MTPQ" bench-decode --backend cpu --target "$HY" && has bd_none err '--prompts are required'
+printf 'def f(x):\n    return x\n' > "$SCRATCH/p.txt"
+run bd_k 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 0 && has bd_k err '-k must be'
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
