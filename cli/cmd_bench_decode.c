@@ -1,9 +1,11 @@
-/* mtpq bench-decode: live greedy speculative decoding with the target model
- * in the runtime (kernels/decode.h): every prompt decoded without
- * speculation, with the stock drafter (the target's mtp.*) and with each
- * --drafter; acceptance per position and MAL with 95% intervals, tokens/s,
- * speedups, where the time went, and whether every output equals the
- * output without speculation (it must: greedy speculation is lossless). */
+/* mtpq bench-decode: live speculative decoding with the target model in the
+ * runtime (kernels/decode.h), greedy or sampled: every prompt decoded
+ * without speculation, with the stock drafter (the target's mtp.*) and with
+ * each --drafter; acceptance per position and MAL with 95% intervals,
+ * tokens/s, speedups, where the time went, and (greedy) whether every
+ * output equals the output without speculation (it must: greedy
+ * speculation is lossless; sampled outputs are distributed as the
+ * target's, which tests/check_sample.c proves, not equal). */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +28,10 @@ const struct cli_opt bench_decode_opts[] = {
     {"chat", 0, OPT_FLAG, 0, NULL, "JSONL prompts are chats (\"messages\"), rendered with Qwen's ChatML"},
     {"new-tokens", 'n', OPT_UINT, 0, "N", "tokens generated after each prompt (default 96)"},
     {"k", 'k', OPT_UINT, 0, "N", "draft tokens per round (default 3; CUDA: 1..7)"},
+    {"temperature", 0, OPT_REAL, 0, "X", "sample at temperature X (default 0: greedy)"},
+    {"top-p", 0, OPT_REAL, 0, "P", "sampling: keep the most probable tokens up to mass P (default 1: all)"},
+    {"top-k", 0, OPT_UINT, 0, "N", "sampling: keep the N most probable tokens (default 0: all)"},
+    {"seed", 0, OPT_UINT, 0, "S", "sampling: the random seed (default 0; prompt i draws from stream i)"},
     {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
     {NULL, 0, 0, 0, NULL, NULL},
@@ -78,6 +84,16 @@ int cmd_bench_decode(int argc, char **argv) {
   const int64_t n_new = (int64_t)cli_uint(bench_decode_opts, &a, "new-tokens", 96);
   const int k = (int)cli_uint(bench_decode_opts, &a, "k", 3);
   if (n_new < 1 || n_new > 1000000) return cli_usage_error(cmd, "--new-tokens must be 1..1000000");
+  struct mtpq_sampling sp = {0.0f, 1.0f, 0, 0};
+  const char *tstr = cli_str(bench_decode_opts, &a, "temperature"), *pstr = cli_str(bench_decode_opts, &a, "top-p");
+  if (tstr) sp.temperature = (float)atof(tstr);
+  if (pstr) sp.top_p = (float)atof(pstr);
+  sp.top_k = (int)cli_uint(bench_decode_opts, &a, "top-k", 0);
+  sp.seed = (uint64_t)cli_uint(bench_decode_opts, &a, "seed", 0);
+  if (!(sp.temperature >= 0 && sp.temperature <= 100)) return cli_usage_error(cmd, "--temperature must be 0..100");
+  if (!(sp.top_p > 0 && sp.top_p <= 1)) return cli_usage_error(cmd, "--top-p must be in (0, 1]");
+  const int sampled = sp.temperature > 0;
+  if (!sampled && (pstr || sp.top_k)) return cli_usage_error(cmd, "--top-p and --top-k need --temperature > 0");
   enum mtpq_backend be;
   int rc = cli_backend(cmd, cli_str(bench_decode_opts, &a, "backend"), &be);
   if (rc) return rc;
@@ -127,14 +143,15 @@ int cmd_bench_decode(int argc, char **argv) {
       struct mtpq_accept_stats s = {0};
       struct mtpq_decode_times tm;
       int32_t *o = r == 0 ? base + i * (size_t)(most + n_new) : out;
-      st = mtpq_decode_greedy(t, runs[r].d, be, p.v[i].ids, P, n_new, k, o, &s, &tm, &err);
+      st = sampled ? mtpq_decode_sample(t, runs[r].d, be, p.v[i].ids, P, n_new, k, &sp, (uint64_t)i, o, &s, &tm, &err)
+                   : mtpq_decode_greedy(t, runs[r].d, be, p.v[i].ids, P, n_new, k, o, &s, &tm, &err);
       if (st) break;
       add_times(&runs[r].tm, &tm);
       runs[r].tokens += n_new;
       if (r > 0) {
         s.k = k;
         mtpq_accept_add(&runs[r].all, &s), mtpq_accept_add(&runs[r].dom[pd[i]], &s);
-        runs[r].lossless &= !memcmp(o, base + i * (size_t)(most + n_new), (size_t)N * sizeof *o);
+        if (!sampled) runs[r].lossless &= !memcmp(o, base + i * (size_t)(most + n_new), (size_t)N * sizeof *o);
       }
       if (cli_verbosity >= 1 && isatty(2))
         fprintf(stderr, "\rbench-decode: %s, %zu/%zu prompts", runs[r].name, i + 1, p.n);
@@ -149,6 +166,12 @@ int cmd_bench_decode(int argc, char **argv) {
     cJSON_AddStringToObject(jo, "target", target);
     cJSON_AddStringToObject(jo, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
     cJSON_AddNumberToObject(jo, "k", k);
+    cJSON_AddNumberToObject(jo, "temperature", sp.temperature);
+    if (sampled) {
+      cJSON_AddNumberToObject(jo, "top_p", sp.top_p);
+      cJSON_AddNumberToObject(jo, "top_k", sp.top_k);
+      cJSON_AddNumberToObject(jo, "seed", (double)sp.seed);
+    }
     cJSON_AddNumberToObject(jo, "prompts", (double)p.n);
     cJSON_AddNumberToObject(jo, "new_tokens", (double)n_new);
     for (int r = 0; r < nr; r++) {
@@ -162,7 +185,7 @@ int cmd_bench_decode(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "generate_s", runs[r].tm.gen_s);
       cJSON_AddNumberToObject(o, "target_s", runs[r].tm.target_s);
       cJSON_AddNumberToObject(o, "draft_s", runs[r].tm.draft_s);
-      cJSON_AddBoolToObject(o, "output_equals_no_speculation", runs[r].lossless);
+      if (!sampled) cJSON_AddBoolToObject(o, "output_equals_no_speculation", runs[r].lossless);
       if (r > 0) {
         cJSON_AddItemToObject(o, "all", stats_json(&runs[r].all));
         cJSON *dj = cJSON_AddObjectToObject(o, "domains");
@@ -175,8 +198,12 @@ int cmd_bench_decode(int argc, char **argv) {
     free(s);
     cJSON_Delete(jo);
   } else {
-    printf("bench-decode: %s, %s backend, greedy, k = %d, %zu prompts x %lld new tokens (%d domains)\n", target,
-           be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference", k, p.n, (long long)n_new, nd);
+    char how[96] = "greedy";
+    if (sampled)
+      snprintf(how, sizeof how, "sampled (temperature %g, top-p %g, top-k %d, seed %llu)", sp.temperature, sp.top_p,
+               sp.top_k, (unsigned long long)sp.seed);
+    printf("bench-decode: %s, %s backend, %s, k = %d, %zu prompts x %lld new tokens (%d domains)\n", target,
+           be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference", how, k, p.n, (long long)n_new, nd);
     printf("%-28s %9s %8s %8s %14s %8s %8s %8s %9s\n", "drafter", "tokens/s", "vs none", "vs stock", "MAL (95% CI)",
            "target%", "draft%", "other%", "lossless");
     for (int r = 0; r < nr; r++) {
@@ -190,7 +217,7 @@ int cmd_bench_decode(int argc, char **argv) {
       if (r > 1) snprintf(vs, sizeof vs, "%.3f", tps / tps1);
       printf("%-28.28s %9.1f %8.3f %8s %14s %8.1f %8.1f %8.1f %9s\n", nm, tps, tps / tps0, vs, mal,
              100 * x->tm.target_s / g, 100 * x->tm.draft_s / g, 100 * (g - x->tm.target_s - x->tm.draft_s) / g,
-             r ? (x->lossless ? "yes" : "NO") : "-");
+             r && !sampled ? (x->lossless ? "yes" : "NO") : "-");
     }
     for (int r = 1; r < nr; r++) {
       const char *nm = strrchr(runs[r].name, '/');
@@ -216,7 +243,7 @@ done:
   mtpq_target_close(t);
   free(base), free(out), free(pd);
   if (st) return cli_fail(st, &err);
-  for (int r = 1; r < nr; r++)
+  for (int r = 1; r < nr && !sampled; r++)
     if (!runs[r].lossless) {
       cli_error("%s: the speculative output differs from the output without speculation", runs[r].name);
       return MTPQ_EXIT_DIFFERS;

@@ -102,3 +102,130 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
   free(h), free(out), free(tok), free(pos);
   return rc;
 }
+
+enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                    const int32_t *prompt, int64_t P, int64_t n_new, int k,
+                                    const struct mtpq_sampling *sp, uint64_t stream, int32_t *x,
+                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err) {
+  if (P < 1 || n_new < 1)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P, (long long)n_new);
+  if (!(sp->temperature > 0) || !(sp->top_p > 0 && sp->top_p <= 1) || sp->top_k < 0)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "sampling with temperature %g, top-p %g, top-k %d", sp->temperature,
+                        sp->top_p, sp->top_k);
+  const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
+  if (drafter && (k < 1 || k > kmax))
+    return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d (the %s backend)", k, kmax,
+                        be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU");
+  if (drafter &&
+      (mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t) || mtpq_rt_model_vocab(drafter) != mtpq_target_vocab(t)))
+    return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH,
+                        "the drafter (hidden %lld, vocabulary %lld) does not fit the "
+                        "target (%lld, %lld)",
+                        (long long)mtpq_rt_model_hidden(drafter), (long long)mtpq_rt_model_vocab(drafter),
+                        (long long)mtpq_target_hidden(t), (long long)mtpq_target_vocab(t));
+  enum { CHUNK = 8 };
+  const int64_t N = P + n_new, H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), K1 = drafter ? k + 1 : 1;
+  struct mtpq_accept_stats acc = {0};
+  acc.k = k;
+  uint64_t rng;
+  mtpq_rng_seed(&rng, sp->seed, stream);
+  memcpy(x, prompt, (size_t)P * sizeof *x);
+  struct mtpq_target_seq *s = NULL;
+  struct mtpq_session *dr = NULL;
+  float *h = malloc((size_t)(N * H) * sizeof *h), *out = malloc((size_t)(N * H) * sizeof *out);
+  float *lg = malloc((size_t)((K1 > CHUNK ? K1 : CHUNK) * V) * sizeof *lg); /* target logits, a row a token */
+  float *pp = malloc((size_t)(K1 * V) * sizeof *pp), *qq = malloc((size_t)(K1 * V) * sizeof *qq); /* p, q rows */
+  float *dh = malloc((size_t)(2 * H) * sizeof *dh); /* the drafter's own chain: its last output, the next */
+  uint64_t *keys = malloc((size_t)V * sizeof *keys);
+  int32_t *tok = malloc((size_t)N * sizeof *tok);
+  int64_t *pos = malloc((size_t)N * sizeof *pos);
+  enum mtpq_status rc = !h || !out || !lg || !pp || !qq || !dh || !keys || !tok || !pos
+                            ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory")
+                            : MTPQ_OK;
+  if (!rc) rc = mtpq_target_seq_open(t, be, N, K1 > CHUNK ? (int)K1 : CHUNK, &s, err);
+  if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
+  const double start = mtpq__now();
+  for (int64_t p = 0; !rc && p < P; p += CHUNK) { /* the prompt; the head on its last token */
+    const int T = P - p < CHUNK ? (int)(P - p) : CHUNK;
+    rc = mtpq_target_verify_logits(s, T, x + p, h + p * H, p + T == P ? lg : NULL, NULL, err);
+    if (!rc) rc = mtpq_target_accept(s, T - 1, err);
+    if (!rc && p + T == P) {
+      mtpq_sample_probs(lg + (size_t)(T - 1) * V, V, sp, pp, keys);
+      x[P] = mtpq_sample_draw(pp, V, &rng);
+    }
+    bf16_rows(h + p * H, T * H);
+  }
+  const double gen0 = mtpq__now();
+  double ts = 0, ds = 0, t0;
+  int64_t c = P, from = 0;
+  while (!rc && c < N - 1) {
+    if (!drafter) { /* the target alone: x[c] in, x[c + 1] drawn from its distribution */
+      t0 = mtpq__now();
+      rc = mtpq_target_step(s, x[c], h + c * H, lg, NULL, err);
+      ts += mtpq__now() - t0;
+      if (rc) break;
+      mtpq_sample_probs(lg, V, sp, pp, keys);
+      x[c + 1] = mtpq_sample_draw(pp, V, &rng), c++;
+      continue;
+    }
+    /* the drafter catches up on (h[t], x[t + 1]) at t = from .. c - 1, then drafts keff tokens, each drawn from
+     * its own distribution q (the same temperature, top-k and top-p) and fed back */
+    t0 = mtpq__now();
+    const int64_t m = c - from;
+    for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = from + i;
+    rc = mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
+    const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
+    int32_t d[MTPQ_MAX_K + 1];
+    if (!rc) memcpy(dh, out + (m - 1) * H, (size_t)H * sizeof *dh);
+    for (int i = 0; !rc && i < keff; i++) {
+      int32_t am;
+      if (i > 0) { /* token d[i - 1] at position c + i - 1 with the drafter's previous output */
+        const int64_t pi = c + i - 1;
+        rc = mtpq_session_step(dr, 1, &d[i - 1], dh, 0, &pi, dh + H, err);
+        if (rc) break;
+        memcpy(dh, dh + H, (size_t)H * sizeof *dh);
+      }
+      mtpq_session_head(dr, dh, &am, lg);
+      const double s0 = mtpq__now(); /* (sampling is the loop's own time, not the drafter's) */
+      mtpq_sample_probs(lg, V, sp, qq + (size_t)i * V, keys);
+      d[i] = mtpq_sample_draw(qq + (size_t)i * V, V, &rng);
+      ds -= mtpq__now() - s0;
+    }
+    ds += mtpq__now() - t0;
+    if (rc) break;
+    /* the target's distributions at c + 1 .. c + keff + 1 from one verify of [x[c], d0 .. d(keff-1)] */
+    int32_t v[MTPQ_MAX_K + 1];
+    v[0] = x[c];
+    memcpy(v + 1, d, (size_t)keff * sizeof *v);
+    t0 = mtpq__now();
+    rc = mtpq_target_verify_logits(s, keff + 1, v, h + c * H, lg, NULL, err);
+    ts += mtpq__now() - t0;
+    if (rc) break;
+    bf16_rows(h + c * H, (keff + 1) * H);
+    int j = 0;
+    int32_t next = -1;
+    for (; j < keff; j++) { /* accept d[j] with probability min(1, p/q), else draw from max(0, p - q) */
+      mtpq_sample_probs(lg + (size_t)j * V, V, sp, pp, keys);
+      if (!mtpq_sample_reject(pp, qq + (size_t)j * V, V, d[j], &rng, &next)) break;
+    }
+    if (j == keff) { /* every draft accepted: a bonus token from the last distribution */
+      mtpq_sample_probs(lg + (size_t)keff * V, V, sp, pp, keys);
+      next = mtpq_sample_draw(pp, V, &rng);
+    }
+    rc = mtpq_target_accept(s, j, err);
+    if (rc) break;
+    for (int i = 0; i < j; i++) x[c + 1 + i] = d[i];
+    if (c + 1 + j < N) x[c + 1 + j] = next;
+    acc.drafts++, acc.draft_tokens += (uint64_t)keff;
+    for (int i = 0; i < j; i++) acc.accepted[i]++;
+    for (int i = 0; i <= j && i < keff; i++) acc.reached[i]++;
+    from = c, c += j + 1;
+  }
+  acc.draft_s = ds;
+  if (st) *st = acc;
+  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds};
+  mtpq_session_close(dr);
+  mtpq_target_seq_close(s);
+  free(h), free(out), free(lg), free(pp), free(qq), free(dh), free(keys), free(tok), free(pos);
+  return rc;
+}

@@ -19,6 +19,7 @@
 #include "io/status.h"
 #include "kernels/replay.h"
 #include "kernels/runtime.h"
+#include "kernels/sample.h"
 #include "kernels/target.h"
 
 /* Wall-clock seconds of one decode: the prompt's prefill, then the
@@ -37,6 +38,20 @@ struct mtpq_decode_times {
  * (a verify of k + 1 <= 8 tokens), 1..MTPQ_MAX_K on the CPU. */
 enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *out,
+                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err);
+
+/* The same loop sampling (kernels/sample.h): the target's next token drawn
+ * from its distribution (sp: temperature, top-k, top-p, as vLLM applies
+ * them), the drafter's k tokens each drawn from its own distribution q
+ * under the same settings, and each accepted with probability
+ * min(1, p/q), a rejected one replaced by a draw from max(0, p - q)
+ * normalised, a bonus token from p when all are accepted: the output is
+ * distributed as the target's own sampling. drafter NULL: no speculation.
+ * The random stream is (sp->seed, stream): the same pair, the same output
+ * (on one backend). st counts acceptance as the greedy loop does. */
+enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                    const int32_t *prompt, int64_t P, int64_t n_new, int k,
+                                    const struct mtpq_sampling *sp, uint64_t stream, int32_t *out,
                                     struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err);
 
 #endif

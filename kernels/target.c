@@ -527,6 +527,11 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
 
 enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                     int32_t *argmax, struct mtpq_err *err) {
+  return mtpq_target_verify_logits(s, T, tokens, hidden, NULL, argmax, err);
+}
+
+enum mtpq_status mtpq_target_verify_logits(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
+                                           float *logits, int32_t *argmax, struct mtpq_err *err) {
   if (T < 1 || T >= s->nbuf)
     return mtpq_err_set(err, MTPQ_E_INVAL, "a verify of %d tokens in a sequence opened for 1..%d", T, s->nbuf - 1);
   if (s->len + T > s->max_pos)
@@ -535,15 +540,16 @@ enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int3
   const int64_t H = s->t->H;
   s->vbase = s->len, s->vcur = s->cur, s->vcount = 0;
   if (s->gpu) {
-    enum mtpq_status st = gpu_forward(s, T, tokens, hidden, NULL, argmax, err);
+    enum mtpq_status st = gpu_forward(s, T, tokens, hidden, logits, argmax, err);
     if (st) return st;
     s->len += T, s->vcount = T, s->cur = (s->vcur + T) % s->nbuf;
     return MTPQ_OK;
   }
   for (int i = 0; i < T; i++) {
     const int src = i ? (s->vcur + i) % s->nbuf : s->vcur, dst = (s->vcur + 1 + i) % s->nbuf;
-    enum mtpq_status st = forward_one(s, tokens[i], src, dst, hidden ? hidden + (size_t)i * (size_t)H : NULL, NULL,
-                                      argmax ? argmax + i : NULL, err);
+    enum mtpq_status st =
+        forward_one(s, tokens[i], src, dst, hidden ? hidden + (size_t)i * (size_t)H : NULL,
+                    logits ? logits + (size_t)i * (size_t)s->t->V : NULL, argmax ? argmax + i : NULL, err);
     if (st) {
       s->len = s->vbase, s->cur = s->vcur; /* nothing verified */
       return st;

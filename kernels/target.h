@@ -73,6 +73,9 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
  * verify after a verify without an accept keeps all of it. */
 enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                     int32_t *argmax, struct mtpq_err *err);
+/* mtpq_target_verify with the head's logits of each token too: logits [T][V] (may be NULL) */
+enum mtpq_status mtpq_target_verify_logits(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
+                                           float *logits, int32_t *argmax, struct mtpq_err *err);
 enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err);
 /* CPU: cache K and V in BF16 (rounded to nearest even) as the CUDA backend
  * and vLLM cache a BF16 model, instead of float32; before the first token

@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/decode.h"
+#include "kernels/sample.h"
 #include "quant/drafter.h"
 #include "kernels/target.h"
 #include "kernels/target_model.h"
@@ -126,6 +127,38 @@ START_TEST(test_config_refusals) {
   ck_assert_msg(strstr(err.msg, "layer_types[1] is \"mamba\""), "%s", err.msg);
   tu_rmtree(dir);
   free(cfg), free(st), free(dir);
+}
+END_TEST
+
+/* the sampler's distribution (kernels/sample.h): temperature, then top-k
+ * with the k-th's ties kept, then top-p of the mass the top-k left, ties to
+ * the lower id; and the rejection step's two limits */
+START_TEST(test_sampler) {
+  const float lg[6] = {2.0f, 1.0f, 2.0f, 0.0f, -INFINITY, 1.0f};
+  float p[6], q[6];
+  uint64_t keys[6], rng;
+  struct mtpq_sampling s = {1.0f, 1.0f, 0, 1};
+  mtpq_sample_probs(lg, 6, &s, p, keys);
+  const double z = 2 * exp(2.0) + 2 * exp(1.0) + 1;
+  ck_assert(fabs(p[0] - exp(2.0) / z) < 1e-6 && p[4] == 0 && fabs(p[3] - 1 / z) < 1e-6);
+  s.top_k = 2; /* ids 0 and 2 (tied first) */
+  mtpq_sample_probs(lg, 6, &s, p, keys);
+  ck_assert(p[0] == 0.5f && p[2] == 0.5f && p[1] == 0 && p[5] == 0);
+  s.top_k = 3; /* the third is tied with id 5: both kept */
+  mtpq_sample_probs(lg, 6, &s, p, keys);
+  ck_assert(p[1] > 0 && p[5] > 0 && p[3] == 0);
+  s.top_k = 0, s.top_p = 0.5f; /* id 0 alone has 0.35 of the mass; with id 2, 0.70 */
+  mtpq_sample_probs(lg, 6, &s, p, keys);
+  ck_assert(fabs(p[0] - 0.5) < 1e-6 && fabs(p[2] - 0.5) < 1e-6 && p[1] == 0);
+  s.top_p = 1.0f, s.temperature = 0.5f; /* sharper: p(0) / p(1) = e^2 */
+  mtpq_sample_probs(lg, 6, &s, p, keys);
+  ck_assert(fabs(p[0] / p[1] - exp(2.0)) < 1e-4);
+  mtpq_rng_seed(&rng, 3, 0);
+  int32_t out = -1;
+  for (int i = 0; i < 100; i++) ck_assert_int_eq(mtpq_sample_reject(p, p, 6, 1, &rng, &out), 1); /* q == p */
+  memset(q, 0, sizeof q);
+  q[4] = 1.0f; /* a draft the target never makes: always rejected, replaced by a draw from p */
+  for (int i = 0; i < 100; i++) ck_assert(!mtpq_sample_reject(p, q, 6, 4, &rng, &out) && out != 4 && p[out] > 0);
 }
 END_TEST
 
@@ -321,6 +354,7 @@ int main(void) {
   tcase_add_test(tc, test_greedy_lossless);
   tcase_add_test(tc, test_synthetic);
   tcase_add_test(tc, test_kv_bf16);
+  tcase_add_test(tc, test_sampler);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

@@ -9,8 +9,10 @@ weights; dt_bias and A_log F32, as checkpoints keep them) and returns
 prefix, ids) gives the final-norm hidden state of every position.
 `python3 hybrid_ref.py OUTDIR` writes the two models testdata/target holds:
 OUTDIR/hybrid-next (Qwen3-Next: interleaved in_proj_qkvz / in_proj_ba,
-model.) and OUTDIR/hybrid-35 (Qwen3.5: in_proj_qkv / z / b / a,
-model.language_model.).
+model.), OUTDIR/hybrid-35 (Qwen3.5: in_proj_qkv / z / b / a,
+model.language_model.) and OUTDIR/hybrid-mtp (Qwen3-Next's layout with an
+MTP layer: the sampled live loop's chi-square test runs it with its own
+drafter).
 """
 import json
 import os
@@ -31,7 +33,7 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def make_model(d, layout, seed):
+def make_model(d, layout, seed, mtp=False):
     rng = np.random.default_rng(seed)
     H, V, I = 48, 300, 64
     Nq, Nkv, D = 4, 2, 16
@@ -75,6 +77,26 @@ def make_model(d, layout, seed):
         w(L + "mlp.gate_proj.weight", I, H)
         w(L + "mlp.up_proj.weight", I, H)
         w(L + "mlp.down_proj.weight", H, I)
+    if mtp:  # an MTP layer (dense MLP), drawn from its own generator: the trunk stays the seed's
+        r2 = np.random.default_rng(seed + 1000)
+
+        def m(name, *shape, s=0.15):
+            W[name] = (r2.standard_normal(shape) * s).astype(np.float32).astype(bf)
+
+        m("mtp.fc.weight", H, 2 * H)
+        for n in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight",
+                  "mtp.layers.0.input_layernorm.weight", "mtp.layers.0.post_attention_layernorm.weight"):
+            m(n, H, s=0.1)
+        A = "mtp.layers.0.self_attn."
+        m(A + "q_proj.weight", 2 * Nq * D, H)
+        m(A + "k_proj.weight", Nkv * D, H)
+        m(A + "v_proj.weight", Nkv * D, H)
+        m(A + "o_proj.weight", H, Nq * D)
+        m(A + "q_norm.weight", D, s=0.1)
+        m(A + "k_norm.weight", D, s=0.1)
+        m("mtp.layers.0.mlp.gate_proj.weight", I, H)
+        m("mtp.layers.0.mlp.up_proj.weight", I, H)
+        m("mtp.layers.0.mlp.down_proj.weight", H, I)
     os.makedirs(d, exist_ok=True)
     save_file(W, os.path.join(d, "model.safetensors"))
     cfg = {"architectures": ["Qwen3NextForCausalLM" if layout == "qwen3_next" else "Qwen3_5ForCausalLM"],
@@ -84,6 +106,8 @@ def make_model(d, layout, seed):
            "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "tie_word_embeddings": True,
            "linear_num_key_heads": HK, "linear_num_value_heads": HV, "linear_key_head_dim": dk,
            "linear_value_head_dim": dv, "linear_conv_kernel_dim": K, "layer_types": types}
+    if mtp:
+        cfg["mtp_num_hidden_layers"] = 1
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     Wf = {k: v.astype(np.float32) for k, v in W.items()}
     return cfg, Wf, pre
@@ -180,6 +204,7 @@ def ref_forward(cfg, W, pre, ids):
 
 if __name__ == "__main__":
     out = sys.argv[1]
-    for name, layout, seed in (("hybrid-next", "qwen3_next", 5), ("hybrid-35", "qwen3_5", 6)):
-        make_model(os.path.join(out, name), layout, seed)
+    for name, layout, seed, mtp in (("hybrid-next", "qwen3_next", 5, False), ("hybrid-35", "qwen3_5", 6, False),
+                                    ("hybrid-mtp", "qwen3_next", 7, True)):
+        make_model(os.path.join(out, name), layout, seed, mtp)
         print(os.path.join(out, name))
