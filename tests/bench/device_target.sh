@@ -3,7 +3,7 @@
 # reference (check_gpu_target), the live loop on the tiny model (its mtpq
 # drafter quantized on the GPU with the draft vocabulary VOCAB, then
 # bench-decode at k = 1..4: exit 9 if any output differs from the output
-# without speculation), and bench-target on the synthetic
+# without speculation; then sampled at k = 3), and bench-target on the synthetic
 # Qwen3-Next-80B-A3B shape in NVIDIA's NVFP4 layout (made in device memory)
 # at 4K and 32K, verify T = 2 and 4, prefill of 4K.
 #
@@ -30,6 +30,10 @@ for k in 1 2 3 4; do
   echo "bench-decode k=$k rc $?"
   cat "$O/decode-k$k.txt"
 done
+timeout 100 ./build-gpu/mtpq bench-decode --backend cuda --target $T/model --drafter "$O/q" \
+  --prompts $T/traces.safetensors -n 96 -k 3 --temperature 0.8 --top-p 0.95 --seed 1 > "$O/decode-sampled.txt" 2>&1
+echo "bench-decode sampled rc $?"
+cat "$O/decode-sampled.txt"
 rm -rf "$O/q"
 timeout 200 ./build-gpu/mtpq bench-target --synthetic qwen3-next-80b --iters 30 ${MTPQ_BENCH_ARGS:-} \
   > "$O/bench-target.txt" 2>&1
