@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "vocab/vocab.h"
@@ -14,6 +15,7 @@ const struct cli_opt build_vocab_opts[] = {
     {"size", 'n', OPT_UINT, 0, "N", "ids to keep (default 98304)"},
     {"heldout", 0, OPT_STR, OPT_MULTI, "NAME=FILE", "held-out counts or text for a coverage report"},
     {"out", 'o', OPT_STR, 0, "PREFIX", "write PREFIX.safetensors, PREFIX.pt, PREFIX.json (required)"},
+    {"force", 'f', OPT_FLAG, 0, NULL, "replace existing PREFIX.* files"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report instead of a summary"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
@@ -50,6 +52,19 @@ int cmd_build_vocab(int argc, char **argv) {
   p.text_field = cli_str(build_vocab_opts, &a, "text-field");
   p.size = (int64_t)cli_uint(build_vocab_opts, &a, "size", 98304);
   if (!p.tokenizer || !p.out_prefix) return cli_usage_error(cmd, "--tokenizer and --out are required");
+  if (!*p.out_prefix) return cli_usage_error(cmd, "--out is empty");
+  if (!cli_has(build_vocab_opts, &a, "force")) { /* before any work */
+    static const char *ext[3] = {".safetensors", ".pt", ".json"};
+    for (int i = 0; i < 3; i++) {
+      char path[4096];
+      struct stat sb;
+      snprintf(path, sizeof path, "%s%s", p.out_prefix, ext[i]);
+      if (stat(path, &sb) == 0) {
+        cli_error("%s exists; pass --force to replace it", path);
+        return MTPQ_EXIT_EXISTS;
+      }
+    }
+  }
   int ic = cli_opt_index(build_vocab_opts, "counts"), it = cli_opt_index(build_vocab_opts, "text"),
       ih = cli_opt_index(build_vocab_opts, "heldout");
   if (a.set[ic] + a.set[it] == 0) return cli_usage_error(cmd, "give at least one --counts or --text");

@@ -28,8 +28,9 @@ const struct cli_opt quantize_opts[] = {
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
+static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) {
-  (void)sig;
+  got_signal = sig;
   mtpq_request_cancel();
 }
 
@@ -66,6 +67,13 @@ int cmd_quantize(int argc, char **argv) {
   p.vocab_ids = cli_str(quantize_opts, &a, "vocab");
   p.out = cli_str(quantize_opts, &a, "out");
   if (!p.vocab_ids || !p.out) return cli_usage_error(cmd, "--vocab and --out are required");
+  if (!*p.out) return cli_usage_error(cmd, "--out is empty");
+  p.force = cli_has(quantize_opts, &a, "force");
+  {
+    struct mtpq_err oerr = {0}; /* before any work (a Hub fetch included) */
+    enum mtpq_status ost = mtpq_drafter_check_out(p.out, p.force, &oerr);
+    if (ost) return cli_fail(ost, &oerr);
+  }
   static char target[2048];
   int hrc = cli_hub_target(cmd, a.pos[0], cli_str(quantize_opts, &a, "revision"), drafter_wants, "drafter", target,
                            sizeof target);
@@ -131,6 +139,7 @@ int cmd_quantize(int argc, char **argv) {
     if (isatty(2) && cli_verbosity >= 1) fputc('\n', stderr);
   }
   int rc = st ? cli_fail(st, &err) : 0;
+  if (st == MTPQ_E_INTERRUPTED && got_signal) rc = 128 + got_signal;
   if (!st && json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "out", p.out);

@@ -80,6 +80,14 @@ typedef void (*mtpq_progress_fn)(void *ctx, size_t done, size_t total, const cha
 enum mtpq_status mtpq_drafter_write(const struct mtpq_drafter_params *p, struct mtpq_plan *plan,
                                     mtpq_progress_fn progress, void *ctx, struct mtpq_err *err);
 
+/* Whether out may be written: an empty path is refused (MTPQ_E_INVAL);
+ * an existing one needs force (MTPQ_E_EXISTS), and even then only an
+ * earlier mtpq output (a directory holding mtpq_manifest.json) or an empty
+ * directory is replaced; a file or another non-empty directory is refused
+ * (MTPQ_E_EXISTS), naming what it holds. mtpq_drafter_write checks this
+ * first; callers check it before their work starts. */
+enum mtpq_status mtpq_drafter_check_out(const char *out, int force, struct mtpq_err *err);
+
 /* Ask a running mtpq_drafter_write to stop and remove its temporary
  * directory (async-signal-safe: sets a flag). */
 void mtpq_request_cancel(void);

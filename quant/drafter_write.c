@@ -201,13 +201,42 @@ static enum mtpq_status write_index(const char *dir, const struct mtpq_plan *pl,
   return st;
 }
 
+enum mtpq_status mtpq_drafter_check_out(const char *out, int force, struct mtpq_err *err) {
+  if (!out || !*out) return mtpq_err_set(err, MTPQ_E_INVAL, "an empty output path");
+  const int dir = mtpq__is_dir(out);
+  if (!dir && !mtpq__is_file(out)) return MTPQ_OK;
+  if (!force) return mtpq_err_set(err, MTPQ_E_EXISTS, "%s exists; pass --force to replace it", out);
+  if (!dir)
+    return mtpq_err_set(err, MTPQ_E_EXISTS,
+                        "%s is a file, not an earlier mtpq output: --force replaces only those "
+                        "(or an empty directory); remove it yourself",
+                        out);
+  char *man = mtpq__path_join(out, "mtpq_manifest.json");
+  const int ours = man && mtpq__is_file(man);
+  free(man);
+  if (ours) return MTPQ_OK;
+  DIR *d = opendir(out);
+  if (!d) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: cannot list: %s", out, strerror(errno));
+  struct dirent *e;
+  char first[256] = "";
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(first, sizeof first, "%s", e->d_name);
+      break;
+    }
+  closedir(d);
+  if (!first[0]) return MTPQ_OK; /* empty */
+  return mtpq_err_set(err, MTPQ_E_EXISTS,
+                      "%s holds %s and no mtpq_manifest.json: not an earlier mtpq output, so "
+                      "--force leaves it alone; choose another --out or remove it yourself",
+                      out, first);
+}
+
 enum mtpq_status mtpq_drafter_write(const struct mtpq_drafter_params *p, struct mtpq_plan *pl,
                                     mtpq_progress_fn progress, void *ctx, struct mtpq_err *err) {
   struct drafter_priv *pv = pl->priv;
-  if (mtpq__is_dir(p->out) || mtpq__is_file(p->out)) {
-    if (!p->force)
-      return mtpq_err_set(err, MTPQ_E_EXISTS, "%s exists; pass --force to replace it", p->out);
-  }
+  enum mtpq_status cst = mtpq_drafter_check_out(p->out, p->force, err);
+  if (cst) return cst;
   char *tmp = tmp_dir_for(p->out);
   if (!tmp) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   if (mkdir(tmp, 0755) != 0) {
@@ -267,7 +296,7 @@ enum mtpq_status mtpq_drafter_write(const struct mtpq_drafter_params *p, struct 
   /* 3. quantize and write, one module at a time */
   for (size_t i = 0; i < pl->n && !st; i++) {
     if (mtpq__cancelled()) {
-      st = mtpq_err_set(err, MTPQ_E_INTERNAL, "interrupted; nothing was written to %s", p->out);
+      st = mtpq_err_set(err, MTPQ_E_INTERRUPTED, "interrupted; nothing was written to %s", p->out);
       break;
     }
     if (progress) progress(ctx, i, pl->n, pl->items[i].name);
@@ -300,7 +329,8 @@ enum mtpq_status mtpq_drafter_write(const struct mtpq_drafter_params *p, struct 
     free(a);
   }
   if (!st) st = mtpq__drafter_meta(p, pl, tmp, err);
-  if (!st && mtpq__cancelled()) st = mtpq_err_set(err, MTPQ_E_INTERNAL, "interrupted; nothing was written to %s", p->out);
+  if (!st && mtpq__cancelled())
+    st = mtpq_err_set(err, MTPQ_E_INTERRUPTED, "interrupted; nothing was written to %s", p->out);
   /* 5. into place */
   if (!st) {
     char *old = NULL;

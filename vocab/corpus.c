@@ -2,6 +2,7 @@
 #include "vocab/corpus.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,10 +106,23 @@ static enum mtpq_status text_plain(struct mtpq_tokenizer *t, struct mtpq_reader 
   return st;
 }
 
+/* a chat line's contents ("messages": [{"role", "content"}, ...]), each tokenized */
+static enum mtpq_status chat_contents(struct mtpq_tokenizer *t, const cJSON *msgs, mtpq_token_fn emit, void *ctx,
+                                      struct mtpq_err *err) {
+  enum mtpq_status st = MTPQ_OK;
+  const cJSON *m;
+  cJSON_ArrayForEach(m, msgs) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (!st && cJSON_IsString(c)) st = mtpq_tokenizer_encode(t, c->valuestring, strlen(c->valuestring), emit, ctx, err);
+  }
+  return st;
+}
+
 static enum mtpq_status text_jsonl(struct mtpq_tokenizer *t, struct mtpq_reader *r, const char *path,
                                    const char *field, mtpq_token_fn emit, void *ctx,
                                    struct mtpq_text_stats *stats, struct mtpq_err *err) {
   enum mtpq_status st = MTPQ_OK;
+  char seen[200] = ""; /* the first line without the field: its keys, for the error */
   while (!st) {
     const char *line;
     size_t len;
@@ -122,14 +136,31 @@ static enum mtpq_status text_jsonl(struct mtpq_tokenizer *t, struct mtpq_reader 
       break;
     }
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, field);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (cJSON_IsString(f)) {
       st = mtpq_tokenizer_encode(t, f->valuestring, strlen(f->valuestring), emit, ctx, err);
       stats->documents++;
+    } else if (!f && cJSON_IsArray(msgs)) { /* chat JSONL: the messages' contents */
+      st = chat_contents(t, msgs, emit, ctx, err);
+      stats->documents++;
     } else {
+      if (!stats->skipped_lines && cJSON_IsObject(o)) {
+        size_t n = 0;
+        const cJSON *k;
+        cJSON_ArrayForEach(k, o) {
+          if (n + strlen(k->string) + 4 >= sizeof seen) break;
+          n += (size_t)snprintf(seen + n, sizeof seen - n, "%s\"%s\"", n ? ", " : "", k->string);
+        }
+      }
       stats->skipped_lines++;
     }
     cJSON_Delete(o);
   }
+  if (!st && stats->documents == 0 && stats->skipped_lines > 0)
+    st = mtpq_err_set(err, MTPQ_E_BAD_VALUE,
+                      "%s: no line has a string field \"%s\" (nor a \"messages\" chat); the first line has %s; "
+                      "pass --text-field NAME",
+                      path, field, seen[0] ? seen : "no fields");
   return st;
 }
 

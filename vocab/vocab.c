@@ -125,6 +125,9 @@ enum mtpq_status mtpq_vocab_build(const struct mtpq_vocab_params *p, struct mtpq
     } else {
       st = mtpq_counts_read(in->path, V, add_count, &a, err);
     }
+    if (!st && a.tokens == 0) /* a wrong input must not pass as a corpus: an empty file, a foreign layout */
+      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: no tokens in this %s input; a corpus input must hold some",
+                        in->path, is_text ? "text" : "counts");
     if (st) break;
     s->corpus_tokens += a.tokens;
     weighted += (double)a.tokens * in->weight;

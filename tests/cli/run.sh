@@ -125,6 +125,38 @@ printf 'Hello world' >"$SCRATCH/h.txt"
 run tok_ids 0 "$MTPQ" tokenize -t "$TOKJ" "$SCRATCH/h.txt" && has tok_ids out '^9707 1879$'
 run bv_ok 0 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" --text "$SCRATCH/h.txt" -n 20000 --out "$SCRATCH/ok"
 has bv_ok out 'ok\.\{safetensors,pt,json\}: 20000 of 151669 ids'
+# no silent wrong results, no silent overwrite: an existing PREFIX.* needs --force; an empty --out, JSONL with
+# another field name, an empty text file are refused naming what is wrong; chat JSONL ("messages") is read
+run bv_exists 10 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" -n 20000 --out "$SCRATCH/ok" &&
+  has bv_exists err 'ok.safetensors exists; pass --force'
+run bv_force 0 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" -n 20000 --out "$SCRATCH/ok" --force
+run bv_emptyout 2 "$MTPQ" build-vocab -t "$TOKJ" -c "$C/prose_train.tsv" --out= && has bv_emptyout err 'out is empty'
+printf '{"body": "hello world"}\n' > "$SCRATCH/body.jsonl"
+run bv_field 4 "$MTPQ" build-vocab -t "$TOKJ" --text "$SCRATCH/body.jsonl" -n 20000 --out "$SCRATCH/b1" &&
+  has bv_field err 'no line has a string field "text"' && has bv_field err 'the first line has "body"' &&
+  [ ! -e "$SCRATCH/b1.safetensors" ]
+printf '{"messages": [{"role": "user", "content": "hello world"}]}\n' > "$SCRATCH/chat.jsonl"
+run bv_chat 0 "$MTPQ" build-vocab -t "$TOKJ" --text "$SCRATCH/chat.jsonl" -n 20000 --out "$SCRATCH/b2" &&
+  has bv_chat out 'corpus: 2 tokens'
+: > "$SCRATCH/void.txt"
+run bv_void 4 "$MTPQ" build-vocab -t "$TOKJ" --text "$SCRATCH/void.txt" -n 20000 --out "$SCRATCH/b3" &&
+  has bv_void err 'void.txt: no tokens'
+
+# quantize --out: empty is a usage error; --force replaces only an earlier mtpq output or an empty directory,
+# and an unrelated directory (a note and a subfolder) survives it untouched (exit 10)
+Q="$MTPQ quantize $MODEL --vocab $SCRATCH/ok.safetensors --expert-input-scale 0.1667 -q"
+run q_emptyout 2 $Q --out= && has q_emptyout err 'out is empty'
+mkdir -p "$SCRATCH/mine/sub" && echo "my notes" > "$SCRATCH/mine/notes.txt"
+run q_unrelated 10 $Q --out "$SCRATCH/mine" --force && has q_unrelated err 'not an earlier mtpq output'
+[ "$(cat "$SCRATCH/mine/notes.txt")" = "my notes" ] && [ -d "$SCRATCH/mine/sub" ] && pass=$((pass + 1)) ||
+  { fail=$((fail + 1)); echo "FAIL q_unrelated: the directory was touched"; }
+echo x > "$SCRATCH/afile"
+run q_file 10 $Q --out "$SCRATCH/afile" --force && has q_file err 'is a file'
+mkdir -p "$SCRATCH/empty"
+run q_empty 0 $Q --out "$SCRATCH/empty" --force
+run q_again 10 $Q --out "$SCRATCH/empty" && has q_again err 'pass --force'
+run q_replace 0 $Q --out "$SCRATCH/empty" --force
+[ -f "$SCRATCH/empty/mtpq_manifest.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_replace"; }
 
 # bench-acceptance: a traces file with no traces, and one without hidden states, are refused (exit 4)
 "$ST_TOOL" write "$SCRATCH/notr.safetensors" 1 >/dev/null # (random tensors of every dtype, no NAME.tokens)
