@@ -25,6 +25,9 @@ const struct cli_opt quantize_opts[] = {
     {"threads", 'j', OPT_UINT, 0, "N", "CPU threads (default: all cores)"},
     {"max-shard-size", 0, OPT_UINT, 0, "BYTES", "shard model.safetensors above this (default 5 GiB)"},
     {"revision", 0, OPT_STR, 0, "REV", "with a Hub TARGET (org/name): branch, tag or commit (default main)"},
+    {"base-model", 0, OPT_STR, 0, "ORG/NAME",
+     "the card's base_model (default: the Hub TARGET, the Hub cache "
+     "snapshot's repo, the config's _name_or_path, or the directory's name)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -79,6 +82,8 @@ int cmd_quantize(int argc, char **argv) {
                            sizeof target);
   if (hrc) return hrc;
   p.target = target;
+  p.base_model = cli_str(quantize_opts, &a, "base-model");
+  if (!p.base_model && strcmp(target, a.pos[0])) p.base_model = a.pos[0]; /* a Hub id, fetched into the cache */
   const char *v;
   if ((v = cli_str(quantize_opts, &a, "expert-input-scale"))) p.expert_input_scale = strtod(v, NULL);
   if ((v = cli_str(quantize_opts, &a, "fp8-input-scale"))) p.fp8_input_scale = strtod(v, NULL);

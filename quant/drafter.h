@@ -38,7 +38,19 @@ struct mtpq_drafter_params {
   int force;
   int threads;
   uint64_t max_shard_bytes; /* shard model.safetensors above this */
+  /* the card's base_model and the manifest's revision: NULL for what the
+   * target tells (mtpq_drafter_base_model) */
+  const char *base_model, *revision;
 };
+
+/* The Hub id and revision a target directory stands for: base (given) when
+ * not NULL; else ORG/NAME and the commit of a Hub cache snapshot
+ * (.../models--ORG--NAME/snapshots/COMMIT, or mtpq's partial fetch
+ * .../models--ORG--NAME/COMMIT-SELECTION); else the config.json's
+ * _name_or_path when it has the ORG/NAME form; else the directory's name.
+ * id and rev (rev "" when unknown) are written into the buffers. */
+void mtpq_drafter_base_model(const char *target_dir, const char *base, char *id, size_t id_cap, char *rev,
+                             size_t rev_cap);
 
 struct mtpq_drafter_params mtpq_drafter_default_params(void);
 

@@ -102,27 +102,79 @@ static enum mtpq_status copy_file(const char *from_dir, const char *to_dir, cons
   return st;
 }
 
-/* "license:" of the target's model card, or NULL. */
-static char *target_license(const char *dir) {
+/* A field ("license", "license_name", "license_link") of the YAML front
+ * matter of the target's model card, or NULL. */
+static char *card_field(const char *dir, const char *key) {
   char *path = mtpq__path_join(dir, "README.md"), *buf = NULL, *out = NULL;
   size_t len;
   struct mtpq_err e;
-  if (path && mtpq__is_file(path) && mtpq__read_file(path, 1 << 20, &buf, &len, &e) == MTPQ_OK) {
-    char *l = strstr(buf, "\nlicense:");
-    if (l) {
-      l += 9;
+  if (path && mtpq__is_file(path) && mtpq__read_file(path, 1 << 20, &buf, &len, &e) == MTPQ_OK &&
+      !strncmp(buf, "---", 3)) {
+    char *end = strstr(buf + 3, "\n---"), pat[64];
+    snprintf(pat, sizeof pat, "\n%s:", key);
+    char *l = strstr(buf, pat);
+    if (l && (!end || l < end)) {
+      l += strlen(pat);
       while (*l == ' ') l++;
       size_t n = strcspn(l, "\r\n");
-      out = malloc(n + 1);
-      if (out) {
-        memcpy(out, l, n);
-        out[n] = '\0';
-      }
+      while (n && (l[n - 1] == ' ' || l[n - 1] == '"' || l[n - 1] == '\'')) n--;
+      if (*l == '"' || *l == '\'') l++, n = n ? n - 1 : 0;
+      out = n ? malloc(n + 1) : NULL;
+      if (out) memcpy(out, l, n), out[n] = '\0';
     }
   }
   free(buf);
   free(path);
   return out;
+}
+
+static int hubid_form(const char *s) { /* ORG/NAME: one slash inside, no spaces, not a path */
+  const char *sl = s ? strchr(s, '/') : NULL;
+  return sl && sl != s && sl[1] && !strchr(sl + 1, '/') && !strpbrk(s, " \t") && s[0] != '.';
+}
+
+void mtpq_drafter_base_model(const char *target_dir, const char *base, char *id, size_t id_cap, char *rev,
+                             size_t rev_cap) {
+  rev[0] = '\0';
+  /* the Hub cache: models--ORG--NAME/snapshots/COMMIT, or mtpq's partial
+   * fetches models--ORG--NAME/COMMIT-SELECTION */
+  const char *m = strstr(target_dir, "models--"), *sn = m ? strchr(m, '/') : NULL;
+  if (m && sn) {
+    const char *c = sn + 1;
+    if (!strncmp(c, "snapshots/", 10)) c += 10;
+    size_t cl = strcspn(c, "-/");
+    if (cl == 40 && strspn(c, "0123456789abcdef") >= 40 && rev_cap > 40) memcpy(rev, c, 40), rev[40] = '\0';
+  }
+  if (base && *base) {
+    snprintf(id, id_cap, "%s", base);
+    return;
+  }
+  if (m && sn) {
+    const char *o = m + 8, *sep = strstr(o, "--");
+    if (sep && sep < sn) {
+      snprintf(id, id_cap, "%.*s/%.*s", (int)(sep - o), o, (int)(sn - sep - 2), sep + 2);
+      return;
+    }
+  }
+  char *cp = mtpq__path_join(target_dir, "config.json"), *buf = NULL;
+  size_t len;
+  struct mtpq_err e;
+  if (cp && mtpq__is_file(cp) && mtpq__read_file(cp, 1 << 24, &buf, &len, &e) == MTPQ_OK) {
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
+    if (cJSON_IsString(n) && hubid_form(n->valuestring)) {
+      snprintf(id, id_cap, "%s", n->valuestring);
+      cJSON_Delete(j), free(buf), free(cp);
+      return;
+    }
+    cJSON_Delete(j);
+  }
+  free(buf), free(cp);
+  size_t tl = strlen(target_dir);
+  while (tl > 1 && target_dir[tl - 1] == '/') tl--;
+  const char *b = target_dir + tl;
+  while (b > target_dir && b[-1] != '/') b--;
+  snprintf(id, id_cap, "%.*s", (int)(target_dir + tl - b), b);
 }
 
 static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
@@ -133,17 +185,29 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
   for (size_t i = 0; i < pl->n; i++) {
     const struct mtpq_plan_item *it = &pl->items[i];
     if (it->kind == MTPQ_ITEM_COPY) n_copy++;
-    else {
+    else if (it->kind != MTPQ_ITEM_HEAD) { /* the head apart: vLLM's stock drafter shares the target's */
       if (it->kind == MTPQ_ITEM_NVFP4) n_nv++;
       else n_fp8++;
       in_q += it->in_bytes;
       out_q += it->out_bytes;
     }
   }
-  uint64_t full_head = (uint64_t)pl->vocab_rows * (uint64_t)pl->hidden * 2;
-  const char *base = strrchr(p->target, '/');
-  base = base && base[1] ? base + 1 : p->target;
-  char *lic = target_license(mtpq_repo_dir(pv->target));
+  const double head_mb = (double)pl->head_rows * (double)pl->hidden / 1e6; /* FP8: a byte a weight */
+  char base[512], rev[64];
+  mtpq_drafter_base_model(mtpq_repo_dir(pv->target), p->base_model, base, sizeof base, rev, sizeof rev);
+  char *lic = card_field(mtpq_repo_dir(pv->target), "license");
+  char *lic_name = card_field(mtpq_repo_dir(pv->target), "license_name");
+  char *lic_link = card_field(mtpq_repo_dir(pv->target), "license_link");
+  char licx[1024] = "";
+  if (!lic) /* unknown: "other" with a name saying so (the Hub wants one), and the card says to check */
+    snprintf(licx, sizeof licx, "license_name: same-as-base-model\n%s%s%s",
+             hubid_form(base) ? "license_link: "
+                                "https://huggingface.co/"
+                              : "",
+             hubid_form(base) ? base : "", hubid_form(base) ? "\n" : "");
+  else if (lic_name || lic_link)
+    snprintf(licx, sizeof licx, "%s%s%s%s%s%s", lic_name ? "license_name: " : "", lic_name ? lic_name : "",
+             lic_name ? "\n" : "", lic_link ? "license_link: " : "", lic_link ? lic_link : "", lic_link ? "\n" : "");
   const char *outbase = strrchr(p->out, '/');
   outbase = outbase ? outbase + 1 : p->out;
   size_t cap = 1 << 16;
@@ -154,9 +218,10 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
   }
   int n = snprintf(
       s, cap,
-      "---\nbase_model: %s\nbase_model_relation: quantized\nlibrary_name: vllm\nlicense: %s\n"
+      "---\nbase_model: %s\nbase_model_relation: quantized\nlibrary_name: vllm\nlicense: %s\n%s"
       "tags:\n- mtp\n- speculative-decoding\n- draft-model\n- fp8\n- nvfp4\n- mtpq\n---\n\n"
       "# %s: FP8/NVFP4 MTP drafter for %s\n\n"
+      "%s"
       "This repo holds only the multi-token-prediction (MTP) drafter of `%s`, quantized by "
       "mtpq %s for speculative decoding in vLLM. The target model itself is unchanged and still "
       "verifies every token, so greedy outputs are the target's.\n\n"
@@ -170,9 +235,12 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
       "| router, shared-expert gate, norms | BF16 (copied) | %zu tensors |\n\n"
       "Expert input_scale: gate/up %.6g, down %.6g (%s). Arithmetic: %s (torch on %s).\n\n"
       "## Sizes\n\n"
-      "Quantized modules: %.1f MB in BF16 -> %.1f MB. Draft head: %.1f MB (full BF16 head) -> "
-      "%.1f MB (FP8, reduced vocabulary). Drafter weights read per step shrink accordingly; memory "
-      "freed versus a BF16 drafter with the full head: %.1f MB.\n\n"
+      "Quantized MTP modules (experts and draft linears): %.1f MB in BF16 -> %.1f MB, %.1f MB of "
+      "GPU memory freed. The FP8 draft head adds %.1f MB (vLLM's stock MTP drafter reads the "
+      "target's full BF16 head, which stays in memory for the target), and a draft step reads it "
+      "instead of the full head. Quantization is weight-only in mtpq's own replay "
+      "(bench-acceptance); vLLM also quantizes the FP8 linears' activations with the static "
+      "input_scale.\n\n"
       "The draft vocabulary is `mtp_draft_vocab_ids.pt` / `.safetensors` (%zu ids, ascending); "
       "`config.json` carries `mtp_draft_vocab_size`.\n\n"
       "## Use with vLLM\n\n"
@@ -186,16 +254,16 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
       "## Provenance\n\n"
       "`mtpq_manifest.json` lists every file with its sha256, the mtpq version, the target and the "
       "recipe.\n",
-      base, lic ? lic : "other", outbase, base, base, MTPQ_VERSION, n_nv, p->fp8_input_scale, n_fp8,
-      (long long)pl->head_rows, (long long)pl->vocab_rows, pl->head_source, n_copy,
-      pl->expert_input_scale_gate_up, pl->expert_input_scale_down,
+      base, lic ? lic : "other", licx, outbase, base,
+      lic ? ""
+          : "The target's model card gives no license: this drafter is derived from its weights, so the "
+            "target's license applies; check it before use.\n\n",
+      base, MTPQ_VERSION, n_nv, p->fp8_input_scale, n_fp8, (long long)pl->head_rows, (long long)pl->vocab_rows,
+      pl->head_source, n_copy, pl->expert_input_scale_gate_up, pl->expert_input_scale_down,
       pl->expert_input_scale_origin ? pl->expert_input_scale_origin : "no experts",
-      p->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu", p->arith == MTPQ_ARITH_CUDA ? "a GPU" : "a CPU",
-      (double)in_q / 1e6, (double)out_q / 1e6, (double)full_head / 1e6,
-      (double)pl->head_rows * (double)pl->hidden / 1e6,
-      ((double)in_q - (double)pl->head_rows * (double)pl->hidden * 2 + (double)full_head - (double)out_q) / 1e6,
-      pv->n_ids, base, outbase);
-  free(lic);
+      p->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu", p->arith == MTPQ_ARITH_CUDA ? "a GPU" : "a CPU", (double)in_q / 1e6,
+      (double)out_q / 1e6, ((double)in_q - (double)out_q) / 1e6, head_mb, pv->n_ids, base, outbase);
+  free(lic), free(lic_name), free(lic_link);
   char *path = mtpq__path_join(dir, "README.md");
   enum mtpq_status st = path && n > 0 ? mtpq__write_file_atomic(path, s, (size_t)n, err)
                                       : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
@@ -235,8 +303,15 @@ static enum mtpq_status write_manifest(const struct mtpq_drafter_params *p, cons
   cJSON_AddStringToObject(m, "created_by", "mtpq quantize");
   cJSON_AddStringToObject(m, "mtpq_version", MTPQ_VERSION);
   cJSON *t = cJSON_AddObjectToObject(m, "target");
+  char base[512], rev[64];
+  mtpq_drafter_base_model(p->target, p->base_model, base, sizeof base, rev, sizeof rev);
   cJSON_AddStringToObject(t, "path", p->target);
-  cJSON_AddNullToObject(t, "revision"); /* local directory: no Hub revision */
+  cJSON_AddStringToObject(t, "base_model", base);
+  const char *rv = p->revision && *p->revision ? p->revision : rev;
+  if (*rv)
+    cJSON_AddStringToObject(t, "revision", rv);
+  else
+    cJSON_AddNullToObject(t, "revision"); /* a local directory: no Hub commit known */
   cJSON_AddStringToObject(t, "family", pl->family);
   cJSON_AddStringToObject(m, "vocab_ids", p->vocab_ids);
   cJSON *r = cJSON_AddObjectToObject(m, "recipe");

@@ -157,6 +157,22 @@ run q_empty 0 $Q --out "$SCRATCH/empty" --force
 run q_again 10 $Q --out "$SCRATCH/empty" && has q_again err 'pass --force'
 run q_replace 0 $Q --out "$SCRATCH/empty" --force
 [ -f "$SCRATCH/empty/mtpq_manifest.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_replace"; }
+# the card's base_model: --base-model, else the Hub cache snapshot's repo (and its commit in the manifest);
+# the target card's license carried over
+SNAP="$SCRATCH/hub/models--acme--tiny-next/snapshots/0123456789abcdef0123456789abcdef01234567"
+MABS=$(cd "$MODEL" && pwd)
+mkdir -p "$SNAP" && for f in "$MABS"/*; do ln -s "$f" "$SNAP/"; done # (as the Hub cache links its blobs)
+printf -- '---\nlicense: apache-2.0\nlicense_link: https://example.com/LICENSE\n---\n# tiny\n' > "$SCRATCH/README.md"
+rm -f "$SNAP/README.md" && cp "$SCRATCH/README.md" "$SNAP/README.md"
+run q_snap 0 "$MTPQ" quantize "$SNAP" --vocab "$SCRATCH/ok.safetensors" --expert-input-scale 0.1667 -q \
+  --out "$SCRATCH/qs" && grep -q '^base_model: acme/tiny-next$' "$SCRATCH/qs/README.md" &&
+  grep -q '^license: apache-2.0$' "$SCRATCH/qs/README.md" &&
+  grep -q '^license_link: https://example.com/LICENSE$' "$SCRATCH/qs/README.md" &&
+  grep -q '"revision":."0123456789abcdef0123456789abcdef01234567"' "$SCRATCH/qs/mtpq_manifest.json" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_snap card: $(head -8 "$SCRATCH/qs/README.md")"; }
+run q_base 0 $Q --out "$SCRATCH/qb" --base-model org/other &&
+  grep -q '^base_model: org/other$' "$SCRATCH/qb/README.md" && grep -q '^license_name: same-as-base-model$' \
+  "$SCRATCH/qb/README.md" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_base card"; }
 
 # bench-acceptance: a traces file with no traces, and one without hidden states, are refused (exit 4)
 "$ST_TOOL" write "$SCRATCH/notr.safetensors" 1 >/dev/null # (random tensors of every dtype, no NAME.tokens)

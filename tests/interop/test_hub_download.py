@@ -260,6 +260,14 @@ with tempfile.TemporaryDirectory() as tmp:
         open(log, "w").close()
         p = subprocess.run(q + ["org/model", "--out", remote], capture_output=True, text=True, env=env)
         check(p.returncode == 0 and "fetched" in p.stderr, f"hub quantize: {p.returncode} {p.stderr}")
+        if p.returncode == 0:  # the card names the Hub repo, the manifest its commit
+            card = open(os.path.join(remote, "README.md")).read()
+            man = json.load(open(os.path.join(remote, "mtpq_manifest.json")))
+            check("\nbase_model: org/model\n" in card and "vllm serve org/model " in card,
+                  f"hub quantize's card: {card[:300]}")
+            rev = man["target"]["revision"]
+            check(man["target"]["base_model"] == "org/model" and isinstance(rev, str) and len(rev) == 40,
+                  f"hub quantize's manifest: {man['target']}")
         got = fetched_bytes(log)
         want, repo = 0, 0
         small = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
