@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "quant/gpu_quant.h"
 #include "kernels/runtime.h"
+#include "kernels/target.h"
 
 const struct cli_opt bench_step_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
@@ -18,14 +19,20 @@ const struct cli_opt bench_step_opts[] = {
     {"batch", 'b', OPT_UINT, OPT_MULTI, "N", "sequences drafting together, 1..8 (repeatable; default 1)"},
     {"iters", 0, OPT_UINT, 0, "N", "timed draft calls per row (default 100)"},
     {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
-    {"hbm-gbps", 0, OPT_REAL, 0, "X", "HBM read bandwidth for the floor and % columns (default: measured on the "
-                                      "GPU; 4560 with the CPU backend)"},
+    {"hbm-gbps", 0, OPT_REAL, 0, "X",
+     "HBM read bandwidth for the floor and % columns (default: measured on the "
+     "GPU; 4560 with the CPU backend)"},
     {"target-step-ms", 0, OPT_REAL, 0, "X", "target verify-step time for the decode tokens/s estimate"},
     {"mal", 0, OPT_REAL, 0, "X", "mean acceptance length for the estimate (from bench-acceptance)"},
+    {"target-model", 0, OPT_STR, 0, "DIR|synthetic:NAME",
+     "measure the target's verify step (k + 1 tokens at each "
+     "context, batch 1) instead of --target-step-ms: a target "
+     "repo or synthetic:qwen3-next-80b"},
     {"k", 'k', OPT_UINT, 0, "N", "draft steps per timed call and per round of the estimate (default 3)"},
     {"profile", 0, OPT_FLAG, 0, NULL, "CUDA: also print each kernel's time in one step (launched one by one)"},
-    {"warm-l2", 0, OPT_FLAG, 0, NULL, "CUDA: start each timed call with what the call before left in L2 (default: "
-                                      "flush L2 first, as the target's verify step between two calls does)"},
+    {"warm-l2", 0, OPT_FLAG, 0, NULL,
+     "CUDA: start each timed call with what the call before left in L2 (default: "
+     "flush L2 first, as the target's verify step between two calls does)"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the results as JSON (rows, device, settings) instead of the table"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
@@ -148,7 +155,10 @@ int cmd_bench_step(int argc, char **argv) {
              *ms = cli_str(bench_step_opts, &a, "mal");
   double hbm = hb ? strtod(hb, NULL) : 0, tstep = ts ? strtod(ts, NULL) : 0, malv = ms ? strtod(ms, NULL) : 0;
   if (hb && !(hbm > 0)) return cli_usage_error(cmd, "--hbm-gbps must be positive");
-  if ((ts != NULL) != (ms != NULL)) return cli_usage_error(cmd, "--target-step-ms and --mal go together");
+  const char *tm = cli_str(bench_step_opts, &a, "target-model");
+  if (tm && ts) return cli_usage_error(cmd, "--target-model measures what --target-step-ms gives: one of them");
+  if ((ts != NULL || tm != NULL) != (ms != NULL))
+    return cli_usage_error(cmd, "--mal goes with --target-step-ms or --target-model");
   if (cli_has(bench_step_opts, &a, "json") && cli_has(bench_step_opts, &a, "profile"))
     return cli_usage_error(cmd, "--profile prints a text table: not with --json");
   enum mtpq_backend be;
@@ -196,8 +206,50 @@ int cmd_bench_step(int argc, char **argv) {
          "MB read", "GB/s", "% HBM", "floor us", "x floor", "speedup", "drafts/s", "dev us", "dev x");
   fflush(stdout);
   }
+  /* --target-model: the target's verify step of k + 1 tokens at each context, measured once per context */
+  struct mtpq_target *tgt = NULL;
+  struct mtpq_target_seq *tsq = NULL;
+  if (tm) {
+    int64_t most = 0;
+    for (int c = 0; c < nctx; c++) most = ctxs[c] > most ? ctxs[c] : most;
+    const char *syn = strncmp(tm, "synthetic:", 10) ? NULL : tm + 10, *cfg = syn ? mtpq_target_synth_config(syn) : NULL;
+    enum mtpq_status st = syn && !cfg ? mtpq_err_set(&err, MTPQ_E_INVAL, "--target-model: no shape named '%s'", syn)
+                          : syn       ? mtpq_target_synth(cfg, MTPQ_SYNTH_NVIDIA, 1, &tgt, &err)
+                                      : mtpq_target_open(tm, &tgt, &err);
+    if (!st) st = mtpq_target_seq_open(tgt, be, most + k + 2, k + 1 > 8 ? k + 1 : 8, &tsq, &err);
+    if (st) {
+      mtpq_target_close(tgt);
+      cJSON_Delete(jo);
+      return cli_fail(st, &err);
+    }
+  }
   /* row by row, printed as measured (a long run shows its progress) */
-  for (int c = 0; c < nctx; c++)
+  for (int c = 0; c < nctx; c++) {
+    if (tsq) { /* the median of 20 verify steps (device time on CUDA, wall on the CPU) */
+      double v[20];
+      int32_t toks[MTPQ_MAX_DRAFT_STEPS + 1] = {0}, am[MTPQ_MAX_DRAFT_STEPS + 1];
+      enum mtpq_status st = MTPQ_OK;
+      for (int i = -2; i < 20 && !st; i++) {
+        st = mtpq_target_seq_jump(tsq, ctxs[c], &err);
+        double t0 = cli_now_s();
+        if (!st) st = mtpq_target_verify(tsq, k + 1, toks, NULL, am, &err);
+        const double dev = mtpq_target_seq_last_us(tsq);
+        if (i >= 0) v[i] = dev > 0 ? dev / 1e3 : (cli_now_s() - t0) * 1e3;
+      }
+      if (st) {
+        mtpq_target_seq_close(tsq), mtpq_target_close(tgt);
+        cJSON_Delete(jo);
+        return cli_fail(st, &err);
+      }
+      for (int i = 1; i < 20; i++) /* insertion sort: 20 values */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+          double x = v[j];
+          v[j] = v[j - 1], v[j - 1] = x;
+        }
+      tstep = v[10], ts = "measured";
+      if (!json)
+        printf("target verify step (%d tokens, context %lld, %s): %.3f ms\n", k + 1, (long long)ctxs[c], tm, tstep);
+    }
     for (int b = 0; b < nbat; b++) {
       double stock = 0;
       for (int d = 0; d < nr; d++) {
@@ -213,6 +265,7 @@ int cmd_bench_step(int argc, char **argv) {
         }
         mtpq_rt_model_close(dr);
         if (st) {
+          mtpq_target_seq_close(tsq), mtpq_target_close(tgt);
           cJSON_Delete(jo);
           return cli_fail(st, &err);
         }
@@ -235,6 +288,7 @@ int cmd_bench_step(int argc, char **argv) {
           cJSON_AddNumberToObject(r, "dev_us", dsv > 0 ? dsv * 1e6 : -1);
           cJSON_AddNumberToObject(r, "dev_x_floor", dsv > 0 ? dsv * 1e6 / floor : -1);
           if (ts) cJSON_AddNumberToObject(r, "est_tokens_per_s", malv * 1e3 / (tstep + k * us / 1e3));
+          if (ts) cJSON_AddNumberToObject(r, "target_step_ms", tstep);
           cJSON_AddItemToArray(jrows, r);
           continue;
         }
@@ -248,6 +302,9 @@ int cmd_bench_step(int argc, char **argv) {
         fflush(stdout);
       }
     }
+  }
+  mtpq_target_seq_close(tsq);
+  mtpq_target_close(tgt);
   if (json) {
     char *t = cJSON_Print(jo);
     puts(t);
@@ -255,6 +312,8 @@ int cmd_bench_step(int argc, char **argv) {
     cJSON_Delete(jo);
     return 0;
   }
+  if (tm && nbat > 1)
+    printf("(the measured target step is batch 1's: the estimate's rows of larger batches use it as it is)\n");
   printf("bytes = dense linears + head once, plus per sequence: top-k experts, one embedding row, BF16 K/V of "
          "the positions attended; floor = bytes / HBM; x floor = us / floor; speedup = stock us / this us; drafts/s = "
          "batch / step; us/step = a call's wall time / k; dev us = its k steps' device time / k (CUDA: events around "

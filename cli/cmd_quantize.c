@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "vocab/tokenizer.h"
+#include "io/safetensors.h"
 #include "hub/hub.h"
 #include "quant/drafter.h"
 
@@ -30,6 +32,46 @@ const struct cli_opt quantize_opts[] = {
      "snapshot's repo, the config's _name_or_path, or the directory's name)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
+
+/* The ids file's tokenizer against the target's (build-vocab records the
+ * fingerprint of the vocabulary it tokenized with): a draft vocabulary
+ * built for another tokenizer would quantize a head of the wrong rows. 0,
+ * or an exit code with the error printed. */
+static int check_vocab_tokenizer(const char *ids, const char *target) {
+  struct mtpq_err err = {0};
+  struct mtpq_st_file *f = NULL;
+  if (mtpq_st_open(ids, &f, &err)) return 0; /* (quantize reports an unreadable ids file itself) */
+  const char *fp = mtpq_st_metadata_get(f, "tokenizer_fingerprint"),
+             *vs = mtpq_st_metadata_get(f, "tokenizer_vocab_size");
+  char want[17] = "", wsize[24] = "";
+  if (fp) snprintf(want, sizeof want, "%s", fp);
+  if (vs) snprintf(wsize, sizeof wsize, "%s", vs);
+  mtpq_st_close(f);
+  char tj[4096];
+  snprintf(tj, sizeof tj, "%s/tokenizer.json", target);
+  struct stat sb;
+  if (!want[0] || stat(tj, &sb) != 0) {
+    if (cli_verbosity >= 1)
+      fprintf(stderr, "mtpq: quantize: %s\n",
+              !want[0] ? "the ids file does not say which tokenizer it was built with (made before mtpq recorded "
+                         "it): its tokenizer is not checked against the target's"
+                       : "the target has no tokenizer.json: the ids file's tokenizer is not checked");
+    return 0;
+  }
+  struct mtpq_tokenizer *t = NULL;
+  if (mtpq_tokenizer_load(tj, &t, &err)) return cli_fail(MTPQ_E_BAD_VALUE, &err);
+  char got[17];
+  mtpq_tokenizer_fingerprint(t, got);
+  const int size = (int)mtpq_tokenizer_vocab_size(t);
+  mtpq_tokenizer_free(t);
+  if (strcmp(got, want)) {
+    cli_error("%s was built with another tokenizer (%s tokens, fingerprint %s) than %s (%d tokens, fingerprint %s): "
+              "build the draft vocabulary with the target's tokenizer.json",
+              ids, wsize, want, tj, size, got);
+    return MTPQ_EXIT_FORMAT;
+  }
+  return 0;
+}
 
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) {
@@ -83,6 +125,8 @@ int cmd_quantize(int argc, char **argv) {
   if (hrc) return hrc;
   p.target = target;
   p.base_model = cli_str(quantize_opts, &a, "base-model");
+  int vrc = check_vocab_tokenizer(p.vocab_ids, target);
+  if (vrc) return vrc;
   if (!p.base_model && strcmp(target, a.pos[0])) p.base_model = a.pos[0]; /* a Hub id, fetched into the cache */
   const char *v;
   if ((v = cli_str(quantize_opts, &a, "expert-input-scale"))) p.expert_input_scale = strtod(v, NULL);

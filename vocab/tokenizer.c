@@ -2,6 +2,7 @@
 #include "vocab/tokenizer.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -441,6 +442,17 @@ enum mtpq_status mtpq_tokenizer_load(const char *path, struct mtpq_tokenizer **o
 }
 
 int32_t mtpq_tokenizer_vocab_size(const struct mtpq_tokenizer *t) { return t->size; }
+
+void mtpq_tokenizer_fingerprint(const struct mtpq_tokenizer *t, char hex[17]) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int32_t id = 0; id < t->size; id++) {
+    const unsigned char *b = t->bytes[id];
+    for (size_t i = 0; b && i < t->blen[id]; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    h = (h ^ 0xFFu) * 1099511628211ULL; /* the end of a token (a byte no token's length field takes) */
+    h = (h ^ (uint64_t)(t->blen[id] & 0xFF)) * 1099511628211ULL;
+  }
+  snprintf(hex, 17, "%016llx", (unsigned long long)h);
+}
 
 const unsigned char *mtpq_tokenizer_bytes(const struct mtpq_tokenizer *t, int32_t id, size_t *len) {
   if (id < 0 || id >= t->size || !t->bytes[id]) return NULL;

@@ -39,6 +39,11 @@ const unsigned char *mtpq_tokenizer_bytes(const struct mtpq_tokenizer *t, int32_
 /* Number of characters of the token's vocabulary string (byte-level form). */
 size_t mtpq_tokenizer_vocab_chars(const struct mtpq_tokenizer *t, int32_t id);
 int mtpq_tokenizer_is_added(const struct mtpq_tokenizer *t, int32_t id);
+/* A fingerprint of the vocabulary: 16 hex digits of a 64-bit FNV-1a hash
+ * over every id's raw bytes in id order (an id without a token counts as
+ * empty), so two tokenizer.json files of one vocabulary agree whatever
+ * their formatting, and another vocabulary differs. */
+void mtpq_tokenizer_fingerprint(const struct mtpq_tokenizer *t, char hex[17]);
 
 typedef void (*mtpq_token_fn)(void *ctx, int32_t id);
 

@@ -75,11 +75,17 @@ static char *with_suffix(const char *prefix, const char *suf) {
 }
 
 static enum mtpq_status write_ids_safetensors(const char *path, const int64_t *ids, size_t n,
-                                              struct mtpq_err *err) {
+                                              const struct mtpq_tokenizer *t, struct mtpq_err *err) {
   struct mtpq_st_writer *w = NULL;
   int64_t shape[1] = {(int64_t)n};
+  char fp[17], vs[24];
+  mtpq_tokenizer_fingerprint(t, fp);
+  snprintf(vs, sizeof vs, "%d", (int)mtpq_tokenizer_vocab_size(t));
   enum mtpq_status st = mtpq_stw_init(path, &w, err);
   if (!st) st = mtpq_stw_metadata(w, "format", "pt", err);
+  /* the tokenizer the ids belong to: quantize refuses a target whose tokenizer differs */
+  if (!st) st = mtpq_stw_metadata(w, "tokenizer_fingerprint", fp, err);
+  if (!st) st = mtpq_stw_metadata(w, "tokenizer_vocab_size", vs, err);
   if (!st) st = mtpq_stw_metadata(w, "content", "mtpq draft vocabulary: selected token ids, ascending", err);
   if (!st) st = mtpq_stw_add(w, "ids", MTPQ_DTYPE_I64, 1, shape, err);
   if (!st) st = mtpq_stw_begin(w, err);
@@ -244,7 +250,7 @@ enum mtpq_status mtpq_vocab_build(const struct mtpq_vocab_params *p, struct mtpq
     st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
     goto out;
   }
-  st = write_ids_safetensors(paths[0], ids, (size_t)p->size, err);
+  st = write_ids_safetensors(paths[0], ids, (size_t)p->size, t, err);
   if (!st) st = mtpq_pt_write_i64(paths[1], ids, (size_t)p->size, err);
   if (!st) st = mtpq__write_file_atomic(paths[2], s->report_json, strlen(s->report_json), err);
   if (st) {

@@ -157,6 +157,12 @@ run q_empty 0 $Q --out "$SCRATCH/empty" --force
 run q_again 10 $Q --out "$SCRATCH/empty" && has q_again err 'pass --force'
 run q_replace 0 $Q --out "$SCRATCH/empty" --force
 [ -f "$SCRATCH/empty/mtpq_manifest.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_replace"; }
+# an ids file built with another tokenizer (a special token renamed) is refused by quantize (exit 4)
+sed 's/<|im_start|>/<|im_begin|>/g' "$TOKJ" > "$SCRATCH/other-tok.json"
+run bv_other 0 "$MTPQ" build-vocab -t "$SCRATCH/other-tok.json" -c "$C/prose_train.tsv" -n 20000 --out "$SCRATCH/oth"
+run q_foreign 4 "$MTPQ" quantize "$MODEL" --vocab "$SCRATCH/oth.safetensors" --expert-input-scale 0.1667 \
+  --out "$SCRATCH/qf" && has q_foreign err 'was built with another tokenizer' && [ ! -e "$SCRATCH/qf" ]
+
 # the card's base_model: --base-model, else the Hub cache snapshot's repo (and its commit in the manifest);
 # the target card's license carried over
 SNAP="$SCRATCH/hub/models--acme--tiny-next/snapshots/0123456789abcdef0123456789abcdef01234567"
@@ -186,6 +192,10 @@ run bt_shape 2 "$MTPQ" bench-target --backend cpu --synthetic nope && has bt_sha
 run bt_verify 2 "$MTPQ" bench-target --backend cpu --target "$HY" --verify 9 && has bt_verify err 'verify must be 2..8'
 run bt_cpu 0 "$MTPQ" bench-target --backend cpu --target "$HY" --context 40 --verify 3 --prefill 20 --iters 2 --json &&
   has bt_cpu out '"tokens":	3' && has bt_cpu out '"prefill_tokens_per_s"'
+run bs_tm 0 "$MTPQ" bench-step --backend cpu --target "$TESTDATA/target/hybrid-mtp" --target-model \
+  "$TESTDATA/target/hybrid-mtp" --mal 2.5 --context 16 --iters 2 -k 2 &&
+  has bs_tm out 'target verify step \(3 tokens, context 16' && has bs_tm out 'est. decode'
+run bs_tm2 2 "$MTPQ" bench-step --backend cpu --target "$HY" --target-model "$HY" && has bs_tm2 err 'mal goes with'
 run bd_none 2 "$MTPQ" bench-decode --backend cpu --target "$HY" && has bd_none err '--prompts are required'
 printf 'def f(x):\n    return x\n' > "$SCRATCH/p.txt"
 run bd_k 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 0 && has bd_k err '-k must be'
