@@ -248,7 +248,7 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
       "reduced-vocabulary MTP head, so this repo ships a vLLM plugin in `vllm_plugin/` (pinned to "
       "vLLM 0.33.0; it builds the drafter with this repo's own quantization config and scatters the "
       "FP8 draft head's logits back into the full vocabulary). From a local copy of this repo:\n\n"
-      "```sh\npip install vllm==0.33.0\npip install ./vllm_plugin\n"
+      "```sh\npip install './vllm_plugin[vllm]'   # or ./vllm_plugin alone: keeps the vLLM installed\n"
       "vllm serve %s --speculative-config "
       "'{\"method\": \"mtp\", \"num_speculative_tokens\": 3, \"model\": \"%s\"}'\n```\n\n"
       "## Provenance\n\n"

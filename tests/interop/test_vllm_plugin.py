@@ -218,6 +218,12 @@ with tempfile.TemporaryDirectory() as tmp:
         ep = subprocess.run([vpy, "-c", "import importlib.metadata as m; print([e.value for e in "
                              "m.entry_points(group='vllm.general_plugins')])"], capture_output=True, text=True)
         check("mtpq_vllm:register" in ep.stdout, f"entry point not registered: {ep.stdout} {ep.stderr}")
+        # no hard dependency on vLLM (pip must never replace a serving host's vLLM); the pinned range is an extra
+        rq = subprocess.run([vpy, "-c", "import importlib.metadata as m; print(m.requires('mtpq-vllm'))"],
+                            capture_output=True, text=True)
+        reqs = eval(rq.stdout.strip() or "None") or []
+        check(all("extra ==" in r for r in reqs if r.startswith("vllm")) and any(r.startswith("vllm") for r in reqs),
+              f"the plugin's requirements: {reqs}")
         check(open(os.path.join(tmp, "tiny-out", "vllm_plugin", "mtpq_vllm", "patch.py")).read() ==
               open(os.path.join(PLUGIN, "mtpq_vllm", "patch.py")).read(), "the repo's plugin differs from the source")
     # 4. head scatter: on a NumPy stand-in always, with torch where it exists
