@@ -157,10 +157,29 @@ static void print_text(const char *path, const struct mtpq_repo *r,
   printf("%s: %zu tensors in %zu shard%s, %s\n", path, mtpq_repo_count(r),
          mtpq_repo_shard_count(r), mtpq_repo_shard_count(r) == 1 ? "" : "s",
          cli_bytes(mtpq_repo_bytes(r), b1, sizeof b1));
-  printf("family:     %s%s%s%s, %d trunk layers%s\n", mtpq_family_name(d->family),
-         cfg && cfg->architecture[0] ? " (" : "", cfg ? cfg->architecture : "",
-         cfg && cfg->architecture[0] ? ")" : "", d->trunk_layers,
-         d->multimodal ? ", multimodal (trunk under model.language_model.)" : "");
+  const struct mtpq_tensor *dh = mtpq_repo_find(r, "mtp.draft_lm_head.weight");
+  if (dh) { /* an mtpq drafter repo: the MTP layer alone, its quantization */
+    size_t nv = 0, n8 = 0;
+    for (size_t i = 0; i < mtpq_repo_count(r); i++) {
+      const char *nm = mtpq_repo_at(r, i)->name;
+      const size_t l = strlen(nm);
+      if (l > 15 && !strcmp(nm + l - 15, ".weight_scale_2"))
+        nv++;
+      else if (l > 13 && !strcmp(nm + l - 13, ".weight_scale") && mtpq_repo_at(r, i)->dtype == MTPQ_DTYPE_F32)
+        n8++;
+    }
+    printf("family:     mtpq drafter repo for %s%s%s%s (the MTP layer alone; the trunk is the target's)\n",
+           mtpq_family_name(d->family), cfg && cfg->architecture[0] ? " (" : "", cfg ? cfg->architecture : "",
+           cfg && cfg->architecture[0] ? ")" : "");
+    printf("quantized:  %zu NVFP4 modules, %zu FP8 modules (the draft head included), draft head %lld x %lld "
+           "(mtp_draft_vocab_ids.safetensors)\n",
+           nv, n8, (long long)dh->shape[0], (long long)(dh->rank > 1 ? dh->shape[1] : 0));
+  } else {
+    printf("family:     %s%s%s%s, %d trunk layers%s\n", mtpq_family_name(d->family),
+           cfg && cfg->architecture[0] ? " (" : "", cfg ? cfg->architecture : "",
+           cfg && cfg->architecture[0] ? ")" : "", d->trunk_layers,
+           d->multimodal ? ", multimodal (trunk under model.language_model.)" : "");
+  }
   if (d->mtp_layers) {
     printf("mtp:        %d layer%s, %s", d->mtp_layers, d->mtp_layers == 1 ? "" : "s",
            d->mtp_experts ? "MoE" : "dense MLP");
@@ -172,7 +191,7 @@ static void print_text(const char *path, const struct mtpq_repo *r,
   }
   if (d->lm_head)
     printf("lm head:    %s%s\n", d->lm_head->name, d->tied ? " (tied embeddings)" : "");
-  else
+  else if (!dh)
     printf("lm head:    none found\n");
   printf("\n%-44s %8s %12s  %s\n", "group", "tensors", "bytes", "dtypes");
   for (size_t i = 0; i < ng; i++) {

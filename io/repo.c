@@ -58,7 +58,8 @@ static enum mtpq_status names_from_dir(struct mtpq_repo *r, struct mtpq_err *err
   size_t ls = strlen(suf);
   while (!st && (e = readdir(d)) != NULL) {
     size_t n = strlen(e->d_name);
-    if (n > ls && strcmp(e->d_name + n - ls, suf) == 0) {
+    /* (an mtpq drafter repo's draft vocabulary beside its weights is not a shard) */
+    if (n > ls && strcmp(e->d_name + n - ls, suf) == 0 && strcmp(e->d_name, "mtp_draft_vocab_ids.safetensors")) {
       char *p = mtpq__path_join(r->dir, e->d_name);
       if (p && mtpq__is_file(p)) st = add_name(r, e->d_name, err);
       free(p);

@@ -157,6 +157,9 @@ run q_empty 0 $Q --out "$SCRATCH/empty" --force
 run q_again 10 $Q --out "$SCRATCH/empty" && has q_again err 'pass --force'
 run q_replace 0 $Q --out "$SCRATCH/empty" --force
 [ -f "$SCRATCH/empty/mtpq_manifest.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_replace"; }
+# inspect recognises a drafter repo: the ids file is no shard, no "0 trunk layers", the quantization summarised
+run i_drafter 0 "$MTPQ" inspect -s "$SCRATCH/empty" && has i_drafter out 'in 1 shard,' &&
+  has i_drafter out 'mtpq drafter repo for qwen3_next' && has i_drafter out '48 NVFP4 modules, 9 FP8 modules'
 # an ids file built with another tokenizer (a special token renamed) is refused by quantize (exit 4)
 sed 's/<|im_start|>/<|im_begin|>/g' "$TOKJ" > "$SCRATCH/other-tok.json"
 run bv_other 0 "$MTPQ" build-vocab -t "$SCRATCH/other-tok.json" -c "$C/prose_train.tsv" -n 20000 --out "$SCRATCH/oth"
