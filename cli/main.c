@@ -119,7 +119,8 @@ static void print_main_help(FILE *fp) {
   fputs("\nFormats (mtpq help formats):", fp);
   for (int f = 0; f < MTPQ_FMT_COUNT; f++) fprintf(fp, " %s", mtpq_format_get((enum mtpq_format)f)->name);
   fputs("\n\nEvery command accepts -h/--help, -q/--quiet and -v/--verbose.\n"
-        "Exit status: see 'mtpq help exit-codes' or mtpq(1).\n",
+        "Exit status: see 'mtpq help exit-codes' or mtpq(1). Every option of every\n"
+        "command and what it does: 'mtpq help options'.\n",
         fp);
 }
 
@@ -136,9 +137,11 @@ static int help_main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(argv[0], "options") == 0) {
-    /* Machine-readable: every long option of every command (drift tests). */
+    /* Every long option of every command and what it does: "COMMAND --OPTION  HELP" a line (the first two
+     * fields machine-readable: the drift tests read them) */
     for (const struct cli_cmd *c = commands; c->name; c++)
-      for (int i = 0; c->opts[i].name; i++) printf("%s --%s\n", c->name, c->opts[i].name);
+      for (int i = 0; c->opts[i].name; i++)
+        printf("%s --%s  %s\n", c->name, c->opts[i].name, c->opts[i].help ? c->opts[i].help : "");
     return 0;
   }
   if (strcmp(argv[0], "formats") == 0) {

@@ -4,7 +4,7 @@
 set -u
 MTPQ=$1 MAN=$2
 fail=0 pass=0
-while read -r cmd opt; do
+while read -r cmd opt _help; do
   # roff escapes dashes: --json is written \-\-json
   esc=$(printf '%s' "$opt" | sed 's/-/\\\\-/g')
   if grep -q -- "$esc" "$MAN"; then pass=$((pass + 1))
