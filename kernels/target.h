@@ -8,10 +8,14 @@
  * (model., interleaved in_proj_qkvz / in_proj_ba) or Qwen3.5's
  * (model.language_model. or model., separate in_proj_qkv / z / b / a).
  *
- * This is the CPU reference backend (float32, a token at a time): a
- * sequence holds a float32 K/V cache per full-attention layer and, per GDN
+ * Two backends behind this API: the CPU reference (float32, a token at a
+ * time; target.c), whose sequence holds a float32 K/V cache per
+ * full-attention layer (BF16 with mtpq_target_seq_kv_bf16) and, per GDN
  * layer, the conv state (the last K - 1 inputs of every conv channel) and
- * the fp32 recurrent state [HV][dk][dv].
+ * the fp32 recurrent state [HV][dk][dv]; and the CUDA backend
+ * (kernels/target_cuda.h, kernels/cuda/target*.cu*), which keeps the same
+ * state on the device with a BF16 K/V cache. Synthetic targets
+ * (mtpq_target_synth) have random weights and no files.
  */
 #ifndef MTPQ_KERNELS_TARGET_H
 #define MTPQ_KERNELS_TARGET_H
