@@ -101,6 +101,13 @@ extern const struct cli_opt bench_target_opts[];
 extern const struct cli_opt bench_decode_opts[];
 int cmd_bench_decode(int argc, char **argv);
 int cmd_bench_target(int argc, char **argv);
+/* cli/plot.c: the per-position acceptance plot (SVG, written whole and
+ * renamed into place; 0 or -1); whether the directory of path is writable
+ * (checked before the work a plot ends) */
+struct mtpq_accept_stats;
+int cli_acceptance_svg(const char *path, const char *title, const char *const *names,
+                       const struct mtpq_accept_stats *const *st, int n, int k);
+int cli_plot_dir_ok(const char *path);
 /* --backend auto|cpu|cuda (cli/cmd_bench_step.c); 0 or an exit code. */
 int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be);
 extern const struct cli_opt bench_accept_opts[];

@@ -57,41 +57,6 @@ static cJSON *stats_json(const struct mtpq_accept_stats *s) {
   return o;
 }
 
-static int write_svg(const char *path, const struct result *r, int nr, int k) {
-  FILE *f = fopen(path, "w");
-  if (!f) return -1;
-  static const char *colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf",
-                                 "#7f7f7f", "#bcbd22"};
-  int W = 640, Hh = 400, L = 60, B = 50, T = 30, R = 200;
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-             "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, Hh);
-  fprintf(f, "<text x=\"%d\" y=\"20\">Per-position acceptance (accepted at position i / drafts), all traces</text>\n", L);
-  int pw = W - L - R, ph = Hh - T - B;
-  for (int g = 0; g <= 10; g += 2) {
-    double y = T + ph - ph * g / 10.0;
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%d\" y=\"%.1f\" "
-               "text-anchor=\"end\">%.1f</text>\n", L, y, L + pw, y, L - 6, y + 4, g / 10.0);
-  }
-  for (int i = 0; i < k; i++) {
-    double x = L + (k > 1 ? pw * i / (double)(k - 1) : pw / 2.0);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", x, T + ph + 18, i + 1);
-  }
-  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">draft position</text>\n", L + pw / 2, Hh - 8);
-  for (int d = 0; d < nr; d++) {
-    const struct mtpq_accept_stats *s = &r[d].r.all;
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", colors[d % 9]);
-    for (int i = 0; i < k; i++)
-      fprintf(f, "%.1f,%.1f ", L + (k > 1 ? pw * i / (double)(k - 1) : pw / 2.0), T + ph - ph * mtpq_accept_perpos(s, i));
-    fprintf(f, "\"/>\n");
-    const char *name = r[d].path ? strrchr(r[d].path, '/') : NULL;
-    name = r[d].path ? (name && name[1] ? name + 1 : r[d].path) : "stock (target mtp.*)";
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%.30s "
-               "(%.3f)</text>\n", L + pw + 12, T + 20 * d, colors[d % 9], L + pw + 30, T + 10 + 20 * d, name, mtpq_accept_mal(s));
-  }
-  fprintf(f, "</svg>\n");
-  return fclose(f);
-}
-
 /* --prompts: the traces recorded by the target on backend be
  * (kernels/record.h), text prompts tokenized with the target's tokenizer */
 static int record_traces(const char *target, enum mtpq_backend be, const char *const *files, int nf, int64_t n_new,
@@ -119,6 +84,11 @@ int cmd_bench_accept(int argc, char **argv) {
   enum mtpq_backend be;
   int brc = cli_backend(cmd, cli_str(bench_accept_opts, &a, "backend"), &be);
   if (brc) return brc;
+  const char *plot0 = cli_str(bench_accept_opts, &a, "plot");
+  if (plot0 && !cli_plot_dir_ok(plot0)) { /* before the replay, whose table would be lost */
+    cli_error("%s: cannot write there (its directory is missing or not writable)", plot0);
+    return MTPQ_EXIT_IO;
+  }
   char made[64] = "";
   if (!traces) { /* record them first, into a temporary file removed at the end */
     const char *tmp = getenv("TMPDIR");
@@ -182,9 +152,18 @@ int cmd_bench_accept(int argc, char **argv) {
   if (made[0]) unlink(made);
   if (rc) return rc;
   const char *plot = cli_str(bench_accept_opts, &a, "plot");
-  if (plot && write_svg(plot, res, nr, k) != 0) {
-    cli_error("%s: cannot write the plot", plot);
-    return MTPQ_EXIT_IO;
+  if (plot) {
+    const char *names[MAX_DRAFTERS];
+    const struct mtpq_accept_stats *sts[MAX_DRAFTERS];
+    for (int d = 0; d < nr; d++) {
+      const char *nm = res[d].path ? strrchr(res[d].path, '/') : NULL;
+      names[d] = res[d].path ? (nm && nm[1] ? nm + 1 : res[d].path) : "stock (target mtp.*)";
+      sts[d] = &res[d].r.all;
+    }
+    if (cli_acceptance_svg(plot, "Per-position acceptance, all traces (greedy replay)", names, sts, nr, k) != 0) {
+      cli_error("%s: cannot write the plot", plot);
+      return MTPQ_EXIT_IO;
+    }
   }
   if (cli_has(bench_accept_opts, &a, "json")) {
     cJSON *o = cJSON_CreateObject();

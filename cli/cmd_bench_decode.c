@@ -33,6 +33,7 @@ const struct cli_opt bench_decode_opts[] = {
     {"top-k", 0, OPT_UINT, 0, "N", "sampling: keep the N most probable tokens (default 0: all)"},
     {"seed", 0, OPT_UINT, 0, "S", "sampling: the random seed (default 0; prompt i draws from stream i)"},
     {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
+    {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance with 95% intervals"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
@@ -97,6 +98,11 @@ int cmd_bench_decode(int argc, char **argv) {
   enum mtpq_backend be;
   int rc = cli_backend(cmd, cli_str(bench_decode_opts, &a, "backend"), &be);
   if (rc) return rc;
+  const char *plot = cli_str(bench_decode_opts, &a, "plot");
+  if (plot && !cli_plot_dir_ok(plot)) { /* before the decodes */
+    cli_error("%s: cannot write there (its directory is missing or not writable)", plot);
+    return MTPQ_EXIT_IO;
+  }
   const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
   if (k < 1 || k > kmax) return cli_usage_error(cmd, "-k must be 1..%d on the %s backend", kmax, be ? "CUDA" : "CPU");
   struct mtpq_err err = {0};
@@ -157,6 +163,20 @@ int cmd_bench_decode(int argc, char **argv) {
         fprintf(stderr, "\rbench-decode: %s, %zu/%zu prompts", runs[r].name, i + 1, p.n);
     }
     if (cli_verbosity >= 1 && isatty(2)) fputc('\n', stderr);
+  }
+  if (st) goto done;
+  if (plot && nr > 1) {
+    const char *names[MAX_RUNS];
+    const struct mtpq_accept_stats *sts[MAX_RUNS];
+    for (int r = 1; r < nr; r++) {
+      const char *nm = strrchr(runs[r].name, '/');
+      names[r - 1] = nm && nm[1] ? nm + 1 : runs[r].name, sts[r - 1] = &runs[r].all;
+    }
+    if (cli_acceptance_svg(plot,
+                           sampled ? "Per-position acceptance, live loop (sampled)"
+                                   : "Per-position acceptance, live loop (greedy)",
+                           names, sts, nr - 1, k) != 0)
+      st = mtpq_err_set(&err, MTPQ_E_IO_WRITE, "%s: cannot write the plot", plot);
   }
   if (st) goto done;
   const double tps0 = (double)runs[0].tokens / runs[0].tm.gen_s;

@@ -199,6 +199,10 @@ run bs_tm 0 "$MTPQ" bench-step --backend cpu --target "$TESTDATA/target/hybrid-m
   "$TESTDATA/target/hybrid-mtp" --mal 2.5 --context 16 --iters 2 -k 2 &&
   has bs_tm out 'target verify step \(3 tokens, context 16' && has bs_tm out 'est. decode'
 run bs_tm2 2 "$MTPQ" bench-step --backend cpu --target "$HY" --target-model "$HY" && has bs_tm2 err 'mal goes with'
+run acc_plotdir 3 "$MTPQ" bench-acceptance --backend cpu --target "$MODEL" --traces "$TESTDATA/tiny-qwen3next/traces.safetensors" \
+  --plot "$SCRATCH/nodir/p.svg" && has acc_plotdir err 'nodir/p.svg: cannot write there'
+run bd_plotdir 3 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" \
+  --plot "$SCRATCH/nodir/p.svg" && has bd_plotdir err 'cannot write there'
 run bd_none 2 "$MTPQ" bench-decode --backend cpu --target "$HY" && has bd_none err '--prompts are required'
 printf 'def f(x):\n    return x\n' > "$SCRATCH/p.txt"
 run bd_k 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 0 && has bd_k err '-k must be'
