@@ -14,6 +14,16 @@ static void bf16_rows(float *h, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = mtpq_bf16_to_f32(mtpq_f32_to_bf16(h[i]));
 }
 
+/* The drafter catches up on the slots (h[t], x[t + 1]) at t = from .. c - 1
+ * the target produced since its last round (one step call); its outputs go
+ * to out[0 .. c - from). */
+static enum mtpq_status catch_up(struct mtpq_session *dr, const int32_t *x, const float *h, int64_t from, int64_t c,
+                                 int64_t H, int32_t *tok, int64_t *pos, float *out, struct mtpq_err *err) {
+  const int64_t m = c - from;
+  for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = from + i;
+  return mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
+}
+
 enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *x,
                                     struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err) {
@@ -61,11 +71,10 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
       ts += mtpq__now() - t0, c++;
       continue;
     }
-    /* the drafter catches up on (h[t], x[t + 1]) at t = from .. c - 1, then drafts */
+    /* the drafter catches up, then drafts */
     t0 = mtpq__now();
     const int64_t m = c - from;
-    for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = from + i;
-    rc = mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
+    rc = catch_up(dr, x, h, from, c, H, tok, pos, out, err);
     const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
     int32_t d[MTPQ_MAX_K + 1];
     if (!rc) mtpq_session_head(dr, out + (m - 1) * H, &d[0], NULL);
@@ -168,12 +177,11 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
       x[c + 1] = mtpq_sample_draw(pp, V, &rng), c++;
       continue;
     }
-    /* the drafter catches up on (h[t], x[t + 1]) at t = from .. c - 1, then drafts keff tokens, each drawn from
-     * its own distribution q (the same temperature, top-k and top-p) and fed back */
+    /* the drafter catches up, then drafts keff tokens, each drawn from its own distribution q (the same
+     * temperature, top-k and top-p) and fed back */
     t0 = mtpq__now();
     const int64_t m = c - from;
-    for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = from + i;
-    rc = mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
+    rc = catch_up(dr, x, h, from, c, H, tok, pos, out, err);
     const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
     int32_t d[MTPQ_MAX_K + 1];
     if (!rc) memcpy(dh, out + (m - 1) * H, (size_t)H * sizeof *dh);
