@@ -241,12 +241,7 @@ int cmd_bench_step(int argc, char **argv) {
         cJSON_Delete(jo);
         return cli_fail(st, &err);
       }
-      for (int i = 1; i < 20; i++) /* insertion sort: 20 values */
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-          double x = v[j];
-          v[j] = v[j - 1], v[j - 1] = x;
-        }
-      tstep = v[10], ts = "measured";
+      tstep = cli_median(v, 20), ts = "measured";
       if (!json)
         printf("target verify step (%d tokens, context %lld, %s): %.3f ms\n", k + 1, (long long)ctxs[c], tm, tstep);
     }

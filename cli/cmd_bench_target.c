@@ -33,11 +33,6 @@ const struct cli_opt bench_target_opts[] = {
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* median device and wall microseconds of iters forwards of T tokens at context ctx */
 static enum mtpq_status time_rows(struct mtpq_target_seq *s, int64_t ctx, int T, int iters, double *dev_us,
                                   double *wall_us, struct mtpq_err *err) {
@@ -52,8 +47,7 @@ static enum mtpq_status time_rows(struct mtpq_target_seq *s, int64_t ctx, int T,
     if (!st && i >= 0) w[i] = (cli_now_s() - t0) * 1e6, d[i] = mtpq_target_seq_last_us(s);
   }
   if (!st) {
-    qsort(d, (size_t)iters, sizeof *d, cmp_d), qsort(w, (size_t)iters, sizeof *w, cmp_d);
-    *dev_us = d[iters / 2], *wall_us = w[iters / 2];
+    *dev_us = cli_median(d, iters), *wall_us = cli_median(w, iters);
   }
   free(d), free(w);
   return st;

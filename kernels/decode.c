@@ -14,6 +14,38 @@ static void bf16_rows(float *h, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = mtpq_bf16_to_f32(mtpq_f32_to_bf16(h[i]));
 }
 
+/* The prompt x[0, P) through the target in forwards of up to chunk
+ * tokens (its state after each chunk's last token kept), the hidden states
+ * into h rounded to BF16, and the head on the prompt's last token only:
+ * its logits into lg[0, V) when lg (chunk x V floats of room), else its
+ * argmax into x[P]. */
+static enum mtpq_status prefill(struct mtpq_target_seq *s, int32_t *x, int64_t P, int chunk, float *h, int64_t H,
+                                float *lg, int64_t V, struct mtpq_err *err) {
+  enum mtpq_status rc = MTPQ_OK;
+  for (int64_t p = 0; !rc && p < P; p += chunk) {
+    const int T = P - p < chunk ? (int)(P - p) : chunk, last = p + T == P;
+    int32_t a[MTPQ_TARGET_MAX_VERIFY];
+    rc = mtpq_target_verify_logits(s, T, x + p, h + p * H, last && lg ? lg : NULL, last && !lg ? a : NULL, err);
+    if (!rc) rc = mtpq_target_accept(s, T - 1, err);
+    if (!rc && last && !lg) x[P] = a[T - 1];
+    if (!rc && last && lg) memmove(lg, lg + (size_t)(T - 1) * (size_t)V, (size_t)V * sizeof *lg);
+    if (!rc) bf16_rows(h + p * H, T * H);
+  }
+  return rc;
+}
+
+/* A round's outcome committed: the j accepted drafts d and the token after
+ * them (next) at x[c + 1 ..] (within N), and the acceptance counted as
+ * bench-acceptance counts it. */
+static void commit_round(int32_t *x, int64_t N, int64_t c, const int32_t *d, int j, int keff, int32_t next,
+                         struct mtpq_accept_stats *acc) {
+  for (int i = 0; i < j; i++) x[c + 1 + i] = d[i];
+  if (c + 1 + j < N) x[c + 1 + j] = next;
+  acc->drafts++, acc->draft_tokens += (uint64_t)keff;
+  for (int i = 0; i < j; i++) acc->accepted[i]++;
+  for (int i = 0; i <= j && i < keff; i++) acc->reached[i]++;
+}
+
 /* The drafter catches up on the slots (h[t], x[t + 1]) at t = from .. c - 1
  * the target produced since its last round (one step call); its outputs go
  * to out[0 .. c - from). */
@@ -53,14 +85,7 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
   /* the prompt: its hidden states, and the target's first token (the
    * argmax after its last token) */
   const double start = mtpq__now();
-  for (int64_t p = 0; !rc && p < P; p += CHUNK) {
-    const int T = P - p < CHUNK ? (int)(P - p) : CHUNK;
-    int32_t a[CHUNK];
-    rc = mtpq_target_verify(s, T, x + p, h + p * H, p + T == P ? a : NULL, err); /* the head: last chunk only */
-    if (!rc) rc = mtpq_target_accept(s, T - 1, err);
-    if (!rc && p + T == P) x[P] = a[T - 1];
-    bf16_rows(h + p * H, T * H);
-  }
+  if (!rc) rc = prefill(s, x, P, CHUNK, h, H, NULL, 0, err);
   const double gen0 = mtpq__now();
   double t0;
   int64_t c = P, from = 0;
@@ -96,11 +121,7 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
     if (!rc) rc = mtpq_target_accept(s, j, err);
     ts += mtpq__now() - t0;
     if (rc) break;
-    for (int i = 0; i < j; i++) x[c + 1 + i] = d[i];
-    if (c + 1 + j < N) x[c + 1 + j] = a[j]; /* the target's own token after the accepted drafts */
-    acc.drafts++, acc.draft_tokens += (uint64_t)keff;
-    for (int i = 0; i < j; i++) acc.accepted[i]++;
-    for (int i = 0; i <= j && i < keff; i++) acc.reached[i]++;
+    commit_round(x, N, c, d, j, keff, a[j], &acc); /* a[j]: the target's own token after the accepted drafts */
     from = c, c += j + 1;
   }
   acc.draft_s = ds;
@@ -154,15 +175,10 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
   if (!rc) rc = mtpq_target_seq_open(t, be, N, K1 > CHUNK ? (int)K1 : CHUNK, &s, err);
   if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
   const double start = mtpq__now();
-  for (int64_t p = 0; !rc && p < P; p += CHUNK) { /* the prompt; the head on its last token */
-    const int T = P - p < CHUNK ? (int)(P - p) : CHUNK;
-    rc = mtpq_target_verify_logits(s, T, x + p, h + p * H, p + T == P ? lg : NULL, NULL, err);
-    if (!rc) rc = mtpq_target_accept(s, T - 1, err);
-    if (!rc && p + T == P) {
-      mtpq_sample_probs(lg + (size_t)(T - 1) * V, V, sp, pp, keys);
-      x[P] = mtpq_sample_draw(pp, V, &rng);
-    }
-    bf16_rows(h + p * H, T * H);
+  if (!rc) rc = prefill(s, x, P, CHUNK, h, H, lg, V, err); /* the prompt; its last token's logits */
+  if (!rc) {
+    mtpq_sample_probs(lg, V, sp, pp, keys);
+    x[P] = mtpq_sample_draw(pp, V, &rng);
   }
   const double gen0 = mtpq__now();
   double ts = 0, ds = 0, t0;
@@ -222,11 +238,7 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
     }
     rc = mtpq_target_accept(s, j, err);
     if (rc) break;
-    for (int i = 0; i < j; i++) x[c + 1 + i] = d[i];
-    if (c + 1 + j < N) x[c + 1 + j] = next;
-    acc.drafts++, acc.draft_tokens += (uint64_t)keff;
-    for (int i = 0; i < j; i++) acc.accepted[i]++;
-    for (int i = 0; i <= j && i < keff; i++) acc.reached[i]++;
+    commit_round(x, N, c, d, j, keff, next, &acc);
     from = c, c += j + 1;
   }
   acc.draft_s = ds;
