@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "io/util.h"
 #include "kernels/decode.h"
 #include "kernels/record.h"
 #include "kernels/replay.h"
@@ -34,6 +35,16 @@ const struct cli_opt bench_decode_opts[] = {
     {"seed", 0, OPT_UINT, 0, "S", "sampling: the random seed (default 0; prompt i draws from stream i)"},
     {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
     {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance with 95% intervals"},
+    {"accept-pattern", 0, OPT_STR, 0, "FILE.json",
+     "throughput runs: each round accepts as many drafts as the same round of an earlier greedy run at the same k "
+     "did (its --json report's accepted_per_round, drafter by drafter, cycled) instead of comparing; the output is "
+     "then not the target's, and not checked"},
+    {"trunk", 0, OPT_STR, 0, "synthetic:NAME",
+     "throughput runs: a trunk with random weights of that shape (qwen3-next-80b; NVIDIA's NVFP4 layout, made in "
+     "memory) instead of the target's; --target gives the drafters; needs --accept-pattern"},
+    {"context", 0, OPT_UINT, 0, "N",
+     "throughput runs: each prompt starts at position N, as if N tokens were cached (their rows are zeros); needs "
+     "--accept-pattern"},
     {"json", 0, OPT_FLAG, 0, NULL, "print the JSON report"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
@@ -45,9 +56,52 @@ struct run {
   struct mtpq_rt_model *d; /* NULL: no speculation */
   struct mtpq_accept_stats all, dom[MTPQ_MAX_DOMAINS];
   struct mtpq_decode_times tm;
-  int64_t tokens; /* generated */
-  int lossless;   /* every output equal to the one without speculation */
+  int64_t tokens;             /* generated */
+  int lossless;               /* every output equal to the one without speculation */
+  struct mtpq_decode_bench b; /* (greedy) the rounds' accepted drafts; the pattern replayed */
 };
+
+/* The accepted_per_round arrays of FILE, a greedy bench-decode --json report
+ * made at the same k: the one of each speculative run (stock first) into
+ * runs[1 .. nr) as its pattern. */
+static enum mtpq_status read_pattern(const char *file, int k, struct run *runs, int nr, struct mtpq_err *err) {
+  char *text = NULL;
+  size_t n = 0;
+  enum mtpq_status st = mtpq__read_file(file, (size_t)1 << 30, &text, &n, err);
+  if (st) return st;
+  cJSON *j = cJSON_ParseWithLength(text, n);
+  free(text);
+  const cJSON *jk = cJSON_GetObjectItemCaseSensitive(j, "k"), *jr = cJSON_GetObjectItemCaseSensitive(j, "runs");
+  if (!cJSON_IsNumber(jk) || !cJSON_IsArray(jr))
+    st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: not a bench-decode --json report (no \"k\" and \"runs\")", file);
+  else if (jk->valueint != k)
+    st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: made at k = %d, this run has k = %d", file, jk->valueint, k);
+  else if (cJSON_GetArraySize(jr) < nr)
+    st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: %d runs (no speculation, then each drafter); this run needs %d", file,
+                      cJSON_GetArraySize(jr), nr);
+  for (int r = 1; r < nr && !st; r++) {
+    const cJSON *ro = cJSON_GetArrayItem(jr, r), *pa = cJSON_GetObjectItemCaseSensitive(ro, "accepted_per_round");
+    const int m = cJSON_GetArraySize(pa);
+    if (!cJSON_IsArray(pa) || m < 1) {
+      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: run %d has no accepted_per_round (a greedy report is needed)", file,
+                        r);
+      break;
+    }
+    uint8_t *v = malloc((size_t)m);
+    if (!v) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+    for (int i = 0; !st && i < m; i++) {
+      const cJSON *e = cJSON_GetArrayItem(pa, i);
+      if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > k || e->valuedouble != (int)e->valuedouble)
+        st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: run %d, round %d: accepted %g is not a count in 0..%d", file, r,
+                          i, cJSON_IsNumber(e) ? e->valuedouble : -1.0, k);
+      else
+        v[i] = (uint8_t)e->valueint;
+    }
+    runs[r].b.pattern = v, runs[r].b.npattern = m;
+  }
+  cJSON_Delete(j);
+  return st;
+}
 
 static void add_times(struct mtpq_decode_times *a, const struct mtpq_decode_times *b) {
   a->prefill_s += b->prefill_s, a->gen_s += b->gen_s, a->target_s += b->target_s, a->draft_s += b->draft_s;
@@ -98,6 +152,16 @@ int cmd_bench_decode(int argc, char **argv) {
   enum mtpq_backend be;
   int rc = cli_backend(cmd, cli_str(bench_decode_opts, &a, "backend"), &be);
   if (rc) return rc;
+  const char *pattern = cli_str(bench_decode_opts, &a, "accept-pattern"),
+             *trunk = cli_str(bench_decode_opts, &a, "trunk");
+  const int64_t ctx0 = (int64_t)cli_uint(bench_decode_opts, &a, "context", 0);
+  if ((trunk || ctx0) && !pattern)
+    return cli_usage_error(cmd, "--trunk and --context are for throughput runs: they need --accept-pattern");
+  if (pattern && sampled) return cli_usage_error(cmd, "--accept-pattern replays greedy rounds: not with --temperature");
+  const char *tcfg = NULL;
+  if (trunk && (strncmp(trunk, "synthetic:", 10) || !(tcfg = mtpq_target_synth_config(trunk + 10))))
+    return cli_usage_error(cmd, "--trunk must be synthetic:NAME with a known shape (qwen3-next-80b), not '%s'", trunk);
+  if (ctx0 > 1000000) return cli_usage_error(cmd, "--context must be 0..1000000");
   const char *plot = cli_str(bench_decode_opts, &a, "plot");
   if (plot && !cli_plot_dir_ok(plot)) { /* before the decodes */
     cli_error("%s: cannot write there (its directory is missing or not writable)", plot);
@@ -111,7 +175,8 @@ int cmd_bench_decode(int argc, char **argv) {
   struct run runs[MAX_RUNS];
   memset(runs, 0, sizeof runs);
   int nr = 0;
-  enum mtpq_status st = mtpq_target_open(target, &t, &err);
+  enum mtpq_status st =
+      tcfg ? mtpq_target_synth(tcfg, MTPQ_SYNTH_NVIDIA, 1, &t, &err) : mtpq_target_open(target, &t, &err);
   const char *field = cli_str(bench_decode_opts, &a, "text-field");
   if (!st)
     st = mtpq_prompts_read_files(a.multi[ip], a.set[ip], target, NULL, field ? field : "text",
@@ -138,6 +203,12 @@ int cmd_bench_decode(int argc, char **argv) {
   }
   int64_t most = 1;
   for (size_t i = 0; i < p.n; i++) most = p.v[i].n > most ? p.v[i].n : most;
+  if (!st && pattern) st = read_pattern(pattern, k, runs, nr, &err);
+  for (int r = 1; r < nr && !st && !sampled; r++) { /* room for every round's count: at most n_new a prompt */
+    runs[r].b.cap = (int64_t)p.n * n_new, runs[r].b.context = ctx0;
+    if (!(runs[r].b.rounds = malloc((size_t)runs[r].b.cap))) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
+  }
+  runs[0].b.context = ctx0;
   int32_t *base = malloc((size_t)(p.n * (size_t)(most + n_new)) * sizeof *base);
   int32_t *out = malloc((size_t)(most + n_new) * sizeof *out);
   if (!st && (!base || !out)) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
@@ -150,14 +221,15 @@ int cmd_bench_decode(int argc, char **argv) {
       struct mtpq_decode_times tm;
       int32_t *o = r == 0 ? base + i * (size_t)(most + n_new) : out;
       st = sampled ? mtpq_decode_sample(t, runs[r].d, be, p.v[i].ids, P, n_new, k, &sp, (uint64_t)i, o, &s, &tm, &err)
-                   : mtpq_decode_greedy(t, runs[r].d, be, p.v[i].ids, P, n_new, k, o, &s, &tm, &err);
+                   : mtpq_decode_greedy(t, runs[r].d, be, p.v[i].ids, P, n_new, k, o, &s, &tm, &runs[r].b, &err);
       if (st) break;
       add_times(&runs[r].tm, &tm);
       runs[r].tokens += n_new;
       if (r > 0) {
         s.k = k;
         mtpq_accept_add(&runs[r].all, &s), mtpq_accept_add(&runs[r].dom[pd[i]], &s);
-        if (!sampled) runs[r].lossless &= !memcmp(o, base + i * (size_t)(most + n_new), (size_t)N * sizeof *o);
+        if (!sampled && !pattern)
+          runs[r].lossless &= !memcmp(o, base + i * (size_t)(most + n_new), (size_t)N * sizeof *o);
       }
       if (cli_verbosity >= 1 && isatty(2))
         fprintf(stderr, "\rbench-decode: %s, %zu/%zu prompts", runs[r].name, i + 1, p.n);
@@ -194,6 +266,9 @@ int cmd_bench_decode(int argc, char **argv) {
     }
     cJSON_AddNumberToObject(jo, "prompts", (double)p.n);
     cJSON_AddNumberToObject(jo, "new_tokens", (double)n_new);
+    if (pattern) cJSON_AddStringToObject(jo, "accept_pattern", pattern);
+    if (trunk) cJSON_AddStringToObject(jo, "trunk", trunk);
+    cJSON_AddNumberToObject(jo, "context", (double)ctx0);
     for (int r = 0; r < nr; r++) {
       cJSON *o = cJSON_CreateObject();
       const double tps = (double)runs[r].tokens / runs[r].tm.gen_s;
@@ -205,9 +280,14 @@ int cmd_bench_decode(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "generate_s", runs[r].tm.gen_s);
       cJSON_AddNumberToObject(o, "target_s", runs[r].tm.target_s);
       cJSON_AddNumberToObject(o, "draft_s", runs[r].tm.draft_s);
-      if (!sampled) cJSON_AddBoolToObject(o, "output_equals_no_speculation", runs[r].lossless);
+      if (!sampled && !pattern) cJSON_AddBoolToObject(o, "output_equals_no_speculation", runs[r].lossless);
       if (r > 0) {
         cJSON_AddItemToObject(o, "all", stats_json(&runs[r].all));
+        if (runs[r].b.rounds) {
+          cJSON *pr = cJSON_AddArrayToObject(o, "accepted_per_round");
+          for (int64_t i = 0; i < runs[r].b.nrounds; i++)
+            cJSON_AddItemToArray(pr, cJSON_CreateNumber(runs[r].b.rounds[i]));
+        }
         cJSON *dj = cJSON_AddObjectToObject(o, "domains");
         for (int j = 0; j < nd; j++) cJSON_AddItemToObject(dj, dom[j], stats_json(&runs[r].dom[j]));
       }
@@ -222,8 +302,13 @@ int cmd_bench_decode(int argc, char **argv) {
     if (sampled)
       snprintf(how, sizeof how, "sampled (temperature %g, top-p %g, top-k %d, seed %llu)", sp.temperature, sp.top_p,
                sp.top_k, (unsigned long long)sp.seed);
-    printf("bench-decode: %s, %s backend, %s, k = %d, %zu prompts x %lld new tokens (%d domains)\n", target,
-           be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference", how, k, p.n, (long long)n_new, nd);
+    printf("bench-decode: %s%s%s, %s backend, %s, k = %d, %zu prompts x %lld new tokens (%d domains)\n", target,
+           trunk ? " with the trunk " : "", trunk ? trunk : "", be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference", how,
+           k, p.n, (long long)n_new, nd);
+    if (pattern)
+      printf("throughput run: each round accepts what the same round of %s accepted (not the drafts' agreement: the "
+             "MAL below is that run's), from position %lld; outputs not checked\n",
+             pattern, (long long)ctx0);
     printf("%-28s %9s %8s %8s %14s %8s %8s %8s %9s\n", "drafter", "tokens/s", "vs none", "vs stock", "MAL (95% CI)",
            "target%", "draft%", "other%", "lossless");
     for (int r = 0; r < nr; r++) {
@@ -237,7 +322,7 @@ int cmd_bench_decode(int argc, char **argv) {
       if (r > 1) snprintf(vs, sizeof vs, "%.3f", tps / tps1);
       printf("%-28.28s %9.1f %8.3f %8s %14s %8.1f %8.1f %8.1f %9s\n", nm, tps, tps / tps0, vs, mal,
              100 * x->tm.target_s / g, 100 * x->tm.draft_s / g, 100 * (g - x->tm.target_s - x->tm.draft_s) / g,
-             r && !sampled ? (x->lossless ? "yes" : "NO") : "-");
+             r && !sampled && !pattern ? (x->lossless ? "yes" : "NO") : "-");
     }
     for (int r = 1; r < nr; r++) {
       const char *nm = strrchr(runs[r].name, '/');
@@ -258,12 +343,12 @@ int cmd_bench_decode(int argc, char **argv) {
                                   : "");
   }
 done:
-  for (int r = 0; r < nr; r++) mtpq_rt_model_close(runs[r].d);
+  for (int r = 0; r < nr; r++) mtpq_rt_model_close(runs[r].d), free(runs[r].b.rounds), free((void *)runs[r].b.pattern);
   mtpq_prompts_free(&p);
   mtpq_target_close(t);
   free(base), free(out), free(pd);
   if (st) return cli_fail(st, &err);
-  for (int r = 1; r < nr && !sampled; r++)
+  for (int r = 1; r < nr && !sampled && !pattern; r++)
     if (!runs[r].lossless) {
       cli_error("%s: the speculative output differs from the output without speculation", runs[r].name);
       return MTPQ_EXIT_DIFFERS;

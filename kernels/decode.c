@@ -47,20 +47,25 @@ static void commit_round(int32_t *x, int64_t N, int64_t c, const int32_t *d, int
 }
 
 /* The drafter catches up on the slots (h[t], x[t + 1]) at t = from .. c - 1
- * the target produced since its last round (one step call); its outputs go
- * to out[0 .. c - from). */
+ * the target produced since its last round (one step call; the sequence's
+ * token t sits at position c0 + t); its outputs go to out[0 .. c - from). */
 static enum mtpq_status catch_up(struct mtpq_session *dr, const int32_t *x, const float *h, int64_t from, int64_t c,
-                                 int64_t H, int32_t *tok, int64_t *pos, float *out, struct mtpq_err *err) {
+                                 int64_t c0, int64_t H, int32_t *tok, int64_t *pos, float *out, struct mtpq_err *err) {
   const int64_t m = c - from;
-  for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = from + i;
+  for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = c0 + from + i;
   return mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
 }
 
 enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *x,
-                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err) {
+                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
+                                    struct mtpq_decode_bench *bench, struct mtpq_err *err) {
   if (P < 1 || n_new < 1)
     return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P, (long long)n_new);
+  const int64_t c0 = bench ? bench->context : 0; /* the position of the sequence's first token */
+  if (c0 < 0 || (bench && bench->pattern && bench->npattern < 1))
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a benchmark context of %lld, an acceptance pattern of %lld rounds",
+                        (long long)c0, (long long)(bench ? bench->npattern : 0));
   const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
   if (drafter && (k < 1 || k > kmax))
     return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d (the %s backend)", k, kmax,
@@ -80,8 +85,9 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
   int64_t *pos = malloc((size_t)N * sizeof *pos);
   enum mtpq_status rc = !h || !out || !tok || !pos ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory") : MTPQ_OK;
   enum { CHUNK = 8 }; /* prompt tokens a forward */
-  if (!rc) rc = mtpq_target_seq_open(t, be, N, drafter && k + 1 > CHUNK ? k + 1 : CHUNK, &s, err);
-  if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
+  if (!rc) rc = mtpq_target_seq_open(t, be, c0 + N, drafter && k + 1 > CHUNK ? k + 1 : CHUNK, &s, err);
+  if (!rc && c0) rc = mtpq_target_seq_jump(s, c0, err);
+  if (!rc && drafter) rc = mtpq_session_open(drafter, be, c0 + N, 0, &dr, err);
   /* the prompt: its hidden states, and the target's first token (the
    * argmax after its last token) */
   const double start = mtpq__now();
@@ -99,12 +105,12 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
     /* the drafter catches up, then drafts */
     t0 = mtpq__now();
     const int64_t m = c - from;
-    rc = catch_up(dr, x, h, from, c, H, tok, pos, out, err);
+    rc = catch_up(dr, x, h, from, c, c0, H, tok, pos, out, err);
     const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
     int32_t d[MTPQ_MAX_K + 1];
     if (!rc) mtpq_session_head(dr, out + (m - 1) * H, &d[0], NULL);
     if (!rc && keff > 1) {
-      int64_t p1 = c;
+      int64_t p1 = c0 + c;
       rc = mtpq_session_draft(dr, 1, &d[0], out + (m - 1) * H, &p1, keff - 1, d + 1, err);
     }
     ds += mtpq__now() - t0;
@@ -117,7 +123,12 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
     rc = mtpq_target_verify(s, keff + 1, v, h + c * H, a, err);
     bf16_rows(h + c * H, (keff + 1) * H);
     int j = 0;
-    while (!rc && j < keff && d[j] == a[j]) j++;
+    if (bench && bench->pattern) { /* the benchmark's acceptance, not the comparison */
+      const int pj = bench->pattern[bench->cursor++ % bench->npattern];
+      j = pj < keff ? pj : keff;
+    } else
+      while (!rc && j < keff && d[j] == a[j]) j++;
+    if (!rc && bench && bench->rounds && bench->nrounds < bench->cap) bench->rounds[bench->nrounds++] = (uint8_t)j;
     if (!rc) rc = mtpq_target_accept(s, j, err);
     ts += mtpq__now() - t0;
     if (rc) break;
@@ -197,7 +208,7 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
      * temperature, top-k and top-p) and fed back */
     t0 = mtpq__now();
     const int64_t m = c - from;
-    rc = catch_up(dr, x, h, from, c, H, tok, pos, out, err);
+    rc = catch_up(dr, x, h, from, c, 0, H, tok, pos, out, err);
     const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
     int32_t d[MTPQ_MAX_K + 1];
     if (!rc) memcpy(dh, out + (m - 1) * H, (size_t)H * sizeof *dh);

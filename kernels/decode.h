@@ -29,16 +29,37 @@ struct mtpq_decode_times {
   double prefill_s, gen_s, target_s, draft_s;
 };
 
+/* Benchmark hooks of the greedy loop (a NULL pointer: none).
+ * context: the sequence starts at this position, the target made that long
+ * with mtpq_target_seq_jump and the drafter's cache rows before it left as
+ * opened (zeros): every step reads the bytes of a real context that long.
+ * pattern: round i accepts min(pattern[cursor++ % npattern], drafts) drafts
+ * instead of comparing them with the target's argmax, then takes the
+ * target's token after them: the work of a real round with that
+ * acceptance, for targets whose weights never agree with the drafter's
+ * (synthetic ones). The output is then not the target's greedy output.
+ * rounds (may be NULL; cap entries): each round's accepted drafts appended
+ * at nrounds, which a later run takes as its pattern. */
+struct mtpq_decode_bench {
+  int64_t context;
+  const uint8_t *pattern;
+  int64_t npattern, cursor;
+  uint8_t *rounds;
+  int64_t cap, nrounds;
+};
+
 /* out[0, P + n_new): the prompt, then n_new greedy tokens. drafter NULL: no
  * speculation (the target alone, a token a step). The prompt runs through
  * the target in forwards of up to 8 tokens. The drafter reads the target's
  * hidden states rounded to BF16, as a BF16 model hands them over. st (may be NULL): rounds,
  * drafted and accepted tokens per position, as bench-acceptance counts
- * them; tm (may be NULL): where the time went. k: 1..7 on the CUDA backend
+ * them; tm (may be NULL): where the time went; bench (may be NULL): see
+ * struct mtpq_decode_bench. k: 1..7 on the CUDA backend
  * (a verify of k + 1 <= 8 tokens), 1..MTPQ_MAX_K on the CPU. */
 enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *out,
-                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err);
+                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
+                                    struct mtpq_decode_bench *bench, struct mtpq_err *err);
 
 /* The same loop sampling (kernels/sample.h): the target's next token drawn
  * from its distribution (sp: temperature, top-k, top-p, as vLLM applies

@@ -325,7 +325,7 @@ enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend b
            (s->conv = calloc((size_t)t->L, sizeof *s->conv)) && (s->rec = calloc((size_t)t->L, sizeof *s->rec));
   for (int64_t i = 0; ok && i < t->L; i++) {
     if (t->layers[i].kind == 'A')
-      ok = (s->kc[i] = malloc((size_t)(max_pos * KV) * 4)) && (s->vc[i] = malloc((size_t)(max_pos * KV) * 4));
+      ok = (s->kc[i] = calloc((size_t)(max_pos * KV), 4)) && (s->vc[i] = calloc((size_t)(max_pos * KV), 4));
     else {
       ok = (s->conv[i] = calloc((size_t)s->nbuf, sizeof **s->conv)) &&
            (s->rec[i] = calloc((size_t)s->nbuf, sizeof **s->rec));
@@ -574,7 +574,7 @@ enum mtpq_status mtpq_target_seq_kv_bf16(struct mtpq_target_seq *s, struct mtpq_
   const size_t n = (size_t)(s->max_pos * t->Nkv * t->D) * 2;
   int ok = (s->kc16 = calloc((size_t)t->L, sizeof *s->kc16)) && (s->vc16 = calloc((size_t)t->L, sizeof *s->vc16));
   for (int64_t i = 0; ok && i < t->L; i++)
-    if (t->layers[i].kind == 'A') ok = (s->kc16[i] = malloc(n)) && (s->vc16[i] = malloc(n));
+    if (t->layers[i].kind == 'A') ok = (s->kc16[i] = calloc(n, 1)) && (s->vc16[i] = calloc(n, 1));
   if (!ok) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory for a BF16 K/V cache");
   return MTPQ_OK;
 }

@@ -86,8 +86,9 @@ enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtp
  * (the CUDA backend always does). */
 enum mtpq_status mtpq_target_seq_kv_bf16(struct mtpq_target_seq *s, struct mtpq_err *err);
 /* Benchmarks: make the sequence len tokens long without running them (the
- * cached K/V rows and the GDN state are whatever they hold: the kernels
- * read as many bytes as for a real context); a pending verify is dropped. */
+ * cached K/V rows are zeros where no token wrote them, and the GDN state is
+ * what it holds: the kernels read as many bytes as for a real context); a
+ * pending verify is dropped. */
 enum mtpq_status mtpq_target_seq_jump(struct mtpq_target_seq *s, int64_t len, struct mtpq_err *err);
 /* the last step or verify's device time in microseconds (CUDA: events
  * around its graph, without the host's copies and wait), -1 on the CPU */

@@ -315,15 +315,20 @@ START_TEST(test_greedy_lossless) {
     const struct mtpq_trace *x = mtpq_traces_at(tr, q * 12); /* one code, one prose prompt */
     int32_t prompt[P], plain[P + NEW], spec[P + NEW];
     memcpy(prompt, x->tokens + 192 - P, sizeof prompt);
-    ck_assert_int_eq(mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt, P, NEW, 0, plain, NULL, NULL, &err),
+    ck_assert_int_eq(mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt, P, NEW, 0, plain, NULL, NULL, NULL, &err),
                      MTPQ_OK);
+    struct mtpq_accept_stats st3 = {0}; /* the stock drafter at k = 3 */
     for (int k = 1; k <= 8; k++) {
       struct mtpq_accept_stats st;
       const int q8 = k > 4; /* k 5..8: the quantized drafter at k - 4 */
       const int kk = q8 ? k - 4 : k;
-      ck_assert_msg(mtpq_decode_greedy(t, drs[q8], MTPQ_BACKEND_CPU, prompt, P, NEW, kk, spec, &st, NULL, &err) ==
+      uint8_t rounds[NEW];
+      struct mtpq_decode_bench rec = {.rounds = rounds, .cap = NEW};
+      ck_assert_msg(mtpq_decode_greedy(t, drs[q8], MTPQ_BACKEND_CPU, prompt, P, NEW, kk, spec, &st, NULL, &rec, &err) ==
                         MTPQ_OK,
                     "%s", err.msg);
+      ck_assert_uint_eq((uint64_t)rec.nrounds, st.drafts);
+      if (k == 3) st3 = st;
       ck_assert_msg(!memcmp(plain, spec, sizeof plain),
                     "%s, %s drafter, k = %d: speculative output differs from greedy", x->name, q8 ? "mtpq" : "stock",
                     kk);
@@ -334,13 +339,73 @@ START_TEST(test_greedy_lossless) {
       ck_assert_uint_ge(NEW, acc + st.drafts - 1);
       printf("%s, %s drafter, k = %d: %llu rounds, MAL %.3f, output equal to plain greedy\n", x->name,
              q8 ? "mtpq" : "stock", kk, (unsigned long long)st.drafts, mtpq_accept_mal(&st));
+      /* throughput runs replay an acceptance pattern: the recorded one replays this run exactly (the same
+       * output, the same counts, round by round) */
+      int32_t forced[P + NEW];
+      struct mtpq_accept_stats fs;
+      struct mtpq_decode_bench pb = {.pattern = rounds, .npattern = rec.nrounds};
+      ck_assert_msg(!mtpq_decode_greedy(t, drs[q8], MTPQ_BACKEND_CPU, prompt, P, NEW, kk, forced, &fs, NULL, &pb, &err),
+                    "%s", err.msg);
+      ck_assert(!memcmp(forced, plain, sizeof plain));
+      ck_assert_uint_eq(fs.drafts, st.drafts);
+      ck_assert_int_eq(pb.cursor, rec.nrounds);
+      for (int i = 0; i < kk; i++) ck_assert_uint_eq(fs.accepted[i], st.accepted[i]);
     }
+    /* a pattern that accepts every draft: each round k + 1 tokens (the last round cut by the end), the drafts
+     * taken whether the target agrees or not, so the output is not the target's */
+    const uint8_t all3 = 3;
+    struct mtpq_decode_bench pb = {.pattern = &all3, .npattern = 1};
+    struct mtpq_accept_stats fs;
+    int32_t forced[P + NEW];
+    ck_assert(!mtpq_decode_greedy(t, drs[0], MTPQ_BACKEND_CPU, prompt, P, NEW, 3, forced, &fs, NULL, &pb, &err));
+    ck_assert_uint_eq(fs.drafts, (NEW - 1 + 3) / 4);
+    ck_assert_uint_eq(fs.accepted[0], fs.drafts);
+    ck_assert(!memcmp(forced, plain, P * sizeof *plain));
+    ck_assert_msg(st3.accepted[2] == st3.drafts || memcmp(forced, plain, sizeof plain) != 0,
+                  "the real run rejected a draft, the forced one must differ");
   }
   mtpq_traces_close(tr);
   mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
   mtpq_target_close(t);
   tu_rmtree(dir);
   free(ids), free(qd), free(dir);
+}
+END_TEST
+
+/* The throughput runs' hooks on hybrid-mtp (random weights, its own MTP
+ * layer): a pattern of zeros takes the target's token every round (the
+ * target's greedy output, k times slower); from a later position (zeros
+ * cached before it) the same prompt continues differently, since the zero
+ * rows share the softmax; the position is the drafter's too. */
+START_TEST(test_decode_bench_hooks) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  struct mtpq_rt_model *d = NULL;
+  ck_assert_msg(!mtpq_target_open(MTPQ_TESTDATA "/target/hybrid-mtp", &t, &err), "%s", err.msg);
+  ck_assert_msg(!mtpq_rt_model_open(MTPQ_TESTDATA "/target/hybrid-mtp", NULL, &d, &err), "%s", err.msg);
+  enum { P = 6, NEW = 20 };
+  const int32_t prompt[P] = {5, 17, 42, 99, 3, 250};
+  int32_t plain[P + NEW], zero[P + NEW], late[P + NEW], late0[P + NEW];
+  ck_assert(!mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt, P, NEW, 0, plain, NULL, NULL, NULL, &err));
+  const uint8_t z = 0;
+  struct mtpq_accept_stats st;
+  struct mtpq_decode_bench b = {.pattern = &z, .npattern = 1};
+  ck_assert(!mtpq_decode_greedy(t, d, MTPQ_BACKEND_CPU, prompt, P, NEW, 2, zero, &st, NULL, &b, &err));
+  ck_assert(!memcmp(zero, plain, sizeof plain));
+  ck_assert_uint_eq(st.drafts, NEW - 1);
+  ck_assert_uint_eq(st.accepted[0], 0);
+  /* from position 37: no speculation, and the zeros pattern, agree with each other but not with position 0 */
+  struct mtpq_decode_bench c = {.context = 37}, cz = {.context = 37, .pattern = &z, .npattern = 1};
+  ck_assert(!mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt, P, NEW, 0, late0, NULL, NULL, &c, &err));
+  ck_assert(!mtpq_decode_greedy(t, d, MTPQ_BACKEND_CPU, prompt, P, NEW, 2, late, NULL, NULL, &cz, &err));
+  ck_assert(!memcmp(late, late0, sizeof late));
+  ck_assert(memcmp(late, plain, sizeof plain) != 0);
+  /* a negative context is refused */
+  struct mtpq_decode_bench neg = {.context = -1};
+  ck_assert_int_eq(mtpq_decode_greedy(t, d, MTPQ_BACKEND_CPU, prompt, P, NEW, 2, late, NULL, NULL, &neg, &err),
+                   MTPQ_E_INVAL);
+  mtpq_rt_model_close(d);
+  mtpq_target_close(t);
 }
 END_TEST
 
@@ -352,6 +417,7 @@ int main(void) {
   tcase_add_test(tc, test_config_refusals);
   tcase_add_loop_test(tc, test_transformers_fixtures, 0, 3);
   tcase_add_test(tc, test_greedy_lossless);
+  tcase_add_test(tc, test_decode_bench_hooks);
   tcase_add_test(tc, test_synthetic);
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);

@@ -206,5 +206,19 @@ run bd_plotdir 3 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts 
 run bd_none 2 "$MTPQ" bench-decode --backend cpu --target "$HY" && has bd_none err '--prompts are required'
 printf 'def f(x):\n    return x\n' > "$SCRATCH/p.txt"
 run bd_k 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 0 && has bd_k err '-k must be'
+# throughput runs: a greedy --json report is an acceptance pattern for a later run at the same k
+run bd_pat 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 2 -n 8 --json &&
+  has bd_pat out '"accepted_per_round"' && cp "$SCRATCH/out" "$SCRATCH/pat.json"
+run bd_replay 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 2 -n 8 \
+  --accept-pattern "$SCRATCH/pat.json" --context 64 && has bd_replay out 'throughput run: each round accepts' &&
+  has bd_replay out 'from position 64'
+run bd_patk 4 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 3 -n 8 \
+  --accept-pattern "$SCRATCH/pat.json" && has bd_patk err 'pat.json: made at k = 2, this run has k = 3'
+run bd_patbad 4 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 2 -n 8 \
+  --accept-pattern "$SCRATCH/p.txt" && has bd_patbad err 'p.txt: not a bench-decode --json report'
+run bd_trunk 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" \
+  --trunk synthetic:qwen3-next-80b && has bd_trunk err 'need --accept-pattern'
+run bd_trunk2 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --trunk nope \
+  --accept-pattern "$SCRATCH/pat.json" && has bd_trunk2 err "trunk must be synthetic:NAME"
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
