@@ -274,6 +274,61 @@ with tempfile.TemporaryDirectory() as tmp:
             pass
         print("head scatter and .pt loading checked with torch", torch.__version__)
 
+    # 5. the patched MTP class's __init__ (the first live vLLM run failed there: register_buffer over an
+    # attribute of the same name), on a class built like vLLM's (orig __init__ sets .model and .config), over
+    # torch's nn.Module where torch exists, else over a stand-in with nn.Module's buffer rules
+    from mtpq_vllm import head as head_mod
+    from mtpq_vllm.patch import _patch_mtp
+
+    class StandIn:  # nn.Module's rules for buffers, as far as the patch touches them
+        def __init__(self):
+            object.__setattr__(self, "_buffers", {})
+
+        def register_buffer(self, name, value, persistent=True):
+            if hasattr(self, name) and name not in self._buffers:
+                raise KeyError(f"attribute '{name}' already exists")
+            self._buffers[name] = value
+
+        def __getattr__(self, name):
+            b = self.__dict__.get("_buffers", {})
+            if name in b:
+                return b[name]
+            raise AttributeError(name)
+
+        def __setattr__(self, name, value):
+            if name in self.__dict__.get("_buffers", {}):
+                self._buffers[name] = value
+            else:
+                object.__setattr__(self, name, value)
+
+    base = torch.nn.Module if torch is not None else StandIn
+    for reduced in (True, False):
+        class FakeMTP(base):
+            def __init__(self, *, vllm_config, prefix=""):
+                super().__init__()
+                self.model = types.SimpleNamespace(draft_lm_head=object() if reduced else None, draft_vocab_size=7)
+                self.config = types.SimpleNamespace(vocab_size=50)
+
+            def compute_logits(self, hidden_states, spec_step_idx=0):
+                return "stock logits"
+
+        loaded = []
+        saved = head_mod.load_draft_vocab_ids
+        head_mod.load_draft_vocab_ids = lambda d, n, v: loaded.append((d, n, v)) or list(range(n))
+        try:
+            _patch_mtp(FakeMTP)
+            cfg = types.SimpleNamespace(speculative_config=types.SimpleNamespace(
+                draft_model_config=types.SimpleNamespace(model=tmp)))
+            m = FakeMTP(vllm_config=cfg)
+            check(reduced == (m._mtpq_ids is not None), f"patched __init__ (reduced head {reduced}): _mtpq_ids")
+            check(loaded == ([(tmp, 7, 50)] if reduced else []), f"patched __init__: ids loaded {loaded}")
+            if not reduced:
+                check(m.compute_logits(None) == "stock logits", "no reduced head: the stock compute_logits")
+        except Exception as e:  # noqa: BLE001
+            check(False, f"patched __init__ (reduced head {reduced}) raised {type(e).__name__}: {e}")
+        finally:
+            head_mod.load_draft_vocab_ids = saved
+
 if failures:
     for m in failures:
         print("FAIL:", m)

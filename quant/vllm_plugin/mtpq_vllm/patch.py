@@ -25,7 +25,8 @@ Embedded MTP (no separate draft model) is left exactly as stock vLLM has it.
 
 import logging
 
-logger = logging.getLogger("mtpq_vllm")
+# a child of vLLM's own logger, so its lines show where vLLM's do (vllm serve)
+logger = logging.getLogger("vllm.mtpq_vllm")
 _APPLIED = False
 
 
@@ -117,13 +118,14 @@ def _patch_mtp(mtp_cls):
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         orig_init(self, vllm_config=vllm_config, prefix=prefix)
-        self._mtpq_ids = None
+        # a buffer from the start, None until the ids load (nn.Module refuses
+        # register_buffer over a plain attribute of that name: the first live
+        # run in vLLM failed so), moved with the module to its device
+        self.register_buffer("_mtpq_ids", None, persistent=False)
         if getattr(self.model, "draft_lm_head", None) is not None:
-            import torch
-
             draft = vllm_config.speculative_config.draft_model_config
-            ids = load_draft_vocab_ids(_model_dir(draft), self.model.draft_vocab_size, self.config.vocab_size)
-            self.register_buffer("_mtpq_ids", ids.to(torch.long), persistent=False)
+            self._mtpq_ids = load_draft_vocab_ids(_model_dir(draft), self.model.draft_vocab_size,
+                                                  self.config.vocab_size)
 
     def compute_logits(self, hidden_states, spec_step_idx: int = 0):
         if self._mtpq_ids is None:
@@ -147,8 +149,10 @@ def apply() -> None:
         return
     import vllm
 
-    if getattr(vllm, "__version__", "") != "0.33.0":
-        logger.warning("mtpq_vllm was written against vLLM 0.33.0; this is %s",
+    from . import KNOWN_VLLM
+
+    if getattr(vllm, "__version__", "") not in KNOWN_VLLM:
+        logger.warning("mtpq_vllm was written against vLLM %s; this is %s", " and ".join(KNOWN_VLLM),
                        getattr(vllm, "__version__", "?"))
     from vllm.model_executor.models import qwen3_5_mtp, qwen3_next_mtp
 
