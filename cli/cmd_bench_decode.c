@@ -33,6 +33,8 @@ const struct cli_opt bench_decode_opts[] = {
     {"top-p", 0, OPT_REAL, 0, "P", "sampling: keep the most probable tokens up to mass P (default 1: all)"},
     {"top-k", 0, OPT_UINT, 0, "N", "sampling: keep the N most probable tokens (default 0: all)"},
     {"seed", 0, OPT_UINT, 0, "S", "sampling: the random seed (default 0; prompt i draws from stream i)"},
+    {"batch", 'b', OPT_UINT, 0, "B",
+     "greedy: decode B prompts together, 1..8, with ragged acceptance (default 1; tokens/s counts all B)"},
     {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
     {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance with 95% intervals"},
     {"accept-pattern", 0, OPT_STR, 0, "FILE.json",
@@ -149,6 +151,9 @@ int cmd_bench_decode(int argc, char **argv) {
   if (!(sp.top_p > 0 && sp.top_p <= 1)) return cli_usage_error(cmd, "--top-p must be in (0, 1]");
   const int sampled = sp.temperature > 0;
   if (!sampled && (pstr || sp.top_k)) return cli_usage_error(cmd, "--top-p and --top-k need --temperature > 0");
+  const int B = (int)cli_uint(bench_decode_opts, &a, "batch", 1);
+  if (B < 1 || B > MTPQ_MAX_SEQS) return cli_usage_error(cmd, "--batch must be 1..%d", MTPQ_MAX_SEQS);
+  if (sampled && B > 1) return cli_usage_error(cmd, "--batch: sampled runs decode one prompt at a time");
   enum mtpq_backend be;
   int rc = cli_backend(cmd, cli_str(bench_decode_opts, &a, "backend"), &be);
   if (rc) return rc;
@@ -210,29 +215,37 @@ int cmd_bench_decode(int argc, char **argv) {
   }
   runs[0].b.context = ctx0;
   int32_t *base = malloc((size_t)(p.n * (size_t)(most + n_new)) * sizeof *base);
-  int32_t *out = malloc((size_t)(most + n_new) * sizeof *out);
+  int32_t *out = malloc((size_t)B * (size_t)(most + n_new) * sizeof *out);
   if (!st && (!base || !out)) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
   for (int r = 0; r < nr && !st; r++) {
     runs[r].lossless = 1, runs[r].all.k = k;
     for (int j = 0; j < nd; j++) runs[r].dom[j].k = k;
-    for (size_t i = 0; i < p.n && !st; i++) {
-      const int64_t P = p.v[i].n, N = P + n_new;
-      struct mtpq_accept_stats s = {0};
+    for (size_t i = 0; i < p.n && !st; i += (size_t)B) { /* B prompts at a time (the last group maybe fewer) */
+      const int nb = p.n - i < (size_t)B ? (int)(p.n - i) : B;
+      struct mtpq_accept_stats s[MTPQ_MAX_SEQS];
       struct mtpq_decode_times tm;
-      int32_t *o = r == 0 ? base + i * (size_t)(most + n_new) : out;
-      st = sampled ? mtpq_decode_sample(t, runs[r].d, be, p.v[i].ids, P, n_new, k, &sp, (uint64_t)i, o, &s, &tm, &err)
-                   : mtpq_decode_greedy(t, runs[r].d, be, p.v[i].ids, P, n_new, k, o, &s, &tm, &runs[r].b, &err);
+      const int32_t *pr[MTPQ_MAX_SEQS];
+      int64_t P[MTPQ_MAX_SEQS];
+      int32_t *o[MTPQ_MAX_SEQS];
+      memset(s, 0, sizeof s);
+      for (int b = 0; b < nb; b++) {
+        pr[b] = p.v[i + b].ids, P[b] = p.v[i + b].n;
+        o[b] = r == 0 ? base + (i + b) * (size_t)(most + n_new) : out + b * (size_t)(most + n_new);
+      }
+      st = sampled ? mtpq_decode_sample(t, runs[r].d, be, pr[0], P[0], n_new, k, &sp, (uint64_t)i, o[0], s, &tm, &err)
+                   : mtpq_decode_greedy_batch(t, runs[r].d, be, nb, pr, P, n_new, k, o, s, &tm, &runs[r].b, &err);
       if (st) break;
       add_times(&runs[r].tm, &tm);
-      runs[r].tokens += n_new;
-      if (r > 0) {
-        s.k = k;
-        mtpq_accept_add(&runs[r].all, &s), mtpq_accept_add(&runs[r].dom[pd[i]], &s);
+      runs[r].tokens += nb * n_new;
+      for (int b = 0; b < nb && r > 0; b++) {
+        s[b].k = k;
+        mtpq_accept_add(&runs[r].all, &s[b]), mtpq_accept_add(&runs[r].dom[pd[i + b]], &s[b]);
         if (!sampled && !pattern)
-          runs[r].lossless &= !memcmp(o, base + i * (size_t)(most + n_new), (size_t)N * sizeof *o);
+          runs[r].lossless &=
+              !memcmp(o[b], base + (i + b) * (size_t)(most + n_new), (size_t)(P[b] + n_new) * sizeof *o[b]);
       }
       if (cli_verbosity >= 1 && isatty(2))
-        fprintf(stderr, "\rbench-decode: %s, %zu/%zu prompts", runs[r].name, i + 1, p.n);
+        fprintf(stderr, "\rbench-decode: %s, %zu/%zu prompts", runs[r].name, i + (size_t)nb, p.n);
     }
     if (cli_verbosity >= 1 && isatty(2)) fputc('\n', stderr);
   }
@@ -258,6 +271,7 @@ int cmd_bench_decode(int argc, char **argv) {
     cJSON_AddStringToObject(jo, "target", target);
     cJSON_AddStringToObject(jo, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
     cJSON_AddNumberToObject(jo, "k", k);
+    cJSON_AddNumberToObject(jo, "batch", B);
     cJSON_AddNumberToObject(jo, "temperature", sp.temperature);
     if (sampled) {
       cJSON_AddNumberToObject(jo, "top_p", sp.top_p);
@@ -302,9 +316,9 @@ int cmd_bench_decode(int argc, char **argv) {
     if (sampled)
       snprintf(how, sizeof how, "sampled (temperature %g, top-p %g, top-k %d, seed %llu)", sp.temperature, sp.top_p,
                sp.top_k, (unsigned long long)sp.seed);
-    printf("bench-decode: %s%s%s, %s backend, %s, k = %d, %zu prompts x %lld new tokens (%d domains)\n", target,
-           trunk ? " with the trunk " : "", trunk ? trunk : "", be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference", how,
-           k, p.n, (long long)n_new, nd);
+    printf("bench-decode: %s%s%s, %s backend, %s, k = %d, batch %d, %zu prompts x %lld new tokens (%d domains)\n",
+           target, trunk ? " with the trunk " : "", trunk ? trunk : "",
+           be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU reference", how, k, B, p.n, (long long)n_new, nd);
     if (pattern)
       printf("throughput run: each round accepts what the same round of %s accepted (not the drafts' agreement: the "
              "MAL below is that run's), from position %lld; outputs not checked\n",

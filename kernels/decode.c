@@ -56,13 +56,28 @@ static enum mtpq_status catch_up(struct mtpq_session *dr, const int32_t *x, cons
   return mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
 }
 
-enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
-                                    const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *x,
-                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
-                                    struct mtpq_decode_bench *bench, struct mtpq_err *err) {
-  if (P < 1 || n_new < 1)
-    return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P, (long long)n_new);
-  const int64_t c0 = bench ? bench->context : 0; /* the position of the sequence's first token */
+/* One sequence of a batched greedy decode. */
+struct gseq {
+  struct mtpq_target_seq *s;
+  int32_t *x;         /* the caller's output: prompt, then the tokens */
+  float *h, *out;     /* the target's hidden states (BF16-rounded), the drafter's catch-up outputs */
+  int32_t *tok, d0;   /* catch-up tokens; the first draft of the round */
+  int64_t *pos;       /* catch-up positions */
+  int64_t N, c, from; /* length when done, tokens committed, the drafter's next slot */
+  struct mtpq_accept_stats acc;
+};
+
+enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                          int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
+                                          int32_t *const *outs, struct mtpq_accept_stats *st,
+                                          struct mtpq_decode_times *tm, struct mtpq_decode_bench *bench,
+                                          struct mtpq_err *err) {
+  if (B < 1 || B > MTPQ_MAX_SEQS || n_new < 1)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a batch of %d sequences (1..%d), %lld new tokens", B, MTPQ_MAX_SEQS,
+                        (long long)n_new);
+  for (int b = 0; b < B; b++)
+    if (P[b] < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "sequence %d: a prompt of %lld tokens", b, (long long)P[b]);
+  const int64_t c0 = bench ? bench->context : 0; /* the position of each sequence's first token */
   if (c0 < 0 || (bench && bench->pattern && bench->npattern < 1))
     return mtpq_err_set(err, MTPQ_E_INVAL, "a benchmark context of %lld, an acceptance pattern of %lld rounds",
                         (long long)c0, (long long)(bench ? bench->npattern : 0));
@@ -73,75 +88,113 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
   if (drafter && mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t))
     return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "the drafter's hidden size %lld is not the target's %lld",
                         (long long)mtpq_rt_model_hidden(drafter), (long long)mtpq_target_hidden(t));
-  const int64_t N = P + n_new, H = mtpq_target_hidden(t);
-  struct mtpq_accept_stats acc = {0};
-  acc.k = k;
-  double ts = 0, ds = 0;
-  memcpy(x, prompt, (size_t)P * sizeof *x);
-  struct mtpq_target_seq *s = NULL;
-  struct mtpq_session *dr = NULL;
-  float *h = malloc((size_t)(N * H) * sizeof *h), *out = malloc((size_t)(N * H) * sizeof *out);
-  int32_t *tok = malloc((size_t)N * sizeof *tok);
-  int64_t *pos = malloc((size_t)N * sizeof *pos);
-  enum mtpq_status rc = !h || !out || !tok || !pos ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory") : MTPQ_OK;
   enum { CHUNK = 8 }; /* prompt tokens a forward */
-  if (!rc) rc = mtpq_target_seq_open(t, be, c0 + N, drafter && k + 1 > CHUNK ? k + 1 : CHUNK, &s, err);
-  if (!rc && c0) rc = mtpq_target_seq_jump(s, c0, err);
-  if (!rc && drafter) rc = mtpq_session_open(drafter, be, c0 + N, 0, &dr, err);
-  /* the prompt: its hidden states, and the target's first token (the
-   * argmax after its last token) */
+  const int64_t H = mtpq_target_hidden(t);
+  struct gseq q[MTPQ_MAX_SEQS];
+  memset(q, 0, sizeof q);
+  int64_t most = 0;
+  enum mtpq_status rc = MTPQ_OK;
+  for (int b = 0; b < B && !rc; b++) {
+    struct gseq *g = &q[b];
+    g->N = P[b] + n_new, g->c = P[b], g->x = outs[b], g->acc.k = k;
+    most = g->N > most ? g->N : most;
+    memcpy(g->x, prompts[b], (size_t)P[b] * sizeof *g->x);
+    g->h = malloc((size_t)(g->N * H) * sizeof *g->h), g->out = malloc((size_t)(g->N * H) * sizeof *g->out);
+    g->tok = malloc((size_t)g->N * sizeof *g->tok), g->pos = malloc((size_t)g->N * sizeof *g->pos);
+    if (!g->h || !g->out || !g->tok || !g->pos) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+    if (!rc) rc = mtpq_target_seq_open(t, be, c0 + g->N, drafter && k + 1 > CHUNK ? k + 1 : CHUNK, &g->s, err);
+    if (!rc && c0) rc = mtpq_target_seq_jump(g->s, c0, err);
+  }
+  /* the drafter: one session, a KV cache per sequence; every round drafts for all B at once (a finished
+   * sequence drafts on, unread, from its last position: room for k more) */
+  struct mtpq_session *dr = NULL;
+  float *dh = malloc((size_t)(B * H) * sizeof *dh);
+  int32_t *dd = malloc((size_t)(B * (k > 1 ? k : 1)) * sizeof *dd), d0[MTPQ_MAX_SEQS];
+  int64_t dp[MTPQ_MAX_SEQS];
+  if (!rc && (!dh || !dd)) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, c0 + most + k + 1, 0, B, &dr, err);
+  /* the prompts: their hidden states, and the target's first token (the argmax after the last) */
   const double start = mtpq__now();
-  if (!rc) rc = prefill(s, x, P, CHUNK, h, H, NULL, 0, err);
+  for (int b = 0; b < B && !rc; b++) rc = prefill(q[b].s, q[b].x, P[b], CHUNK, q[b].h, H, NULL, 0, err);
   const double gen0 = mtpq__now();
-  double t0;
-  int64_t c = P, from = 0;
-  while (!rc && c < N - 1) {
-    if (!drafter) { /* the target alone: x[c] in, x[c + 1] out */
-      t0 = mtpq__now();
-      rc = mtpq_target_step(s, x[c], h + c * H, NULL, &x[c + 1], err);
-      ts += mtpq__now() - t0, c++;
+  double ts = 0, ds = 0, t0;
+  for (int live = B; !rc && live > 0;) {
+    if (!drafter) { /* the target alone, a token a sequence a step: x[c] in, x[c + 1] out */
+      live = 0;
+      for (int b = 0; b < B && !rc; b++) {
+        struct gseq *g = &q[b];
+        if (g->c >= g->N - 1) continue;
+        t0 = mtpq__now();
+        rc = mtpq_target_step(g->s, g->x[g->c], g->h + g->c * H, NULL, &g->x[g->c + 1], err);
+        ts += mtpq__now() - t0, g->c++, live += g->c < g->N - 1;
+      }
       continue;
     }
-    /* the drafter catches up, then drafts */
+    /* each sequence's drafter catches up (its own slots since its last round) and takes its first draft
+     * from the head; then the k - 1 drafts after it for all sequences in one call */
     t0 = mtpq__now();
-    const int64_t m = c - from;
-    rc = catch_up(dr, x, h, from, c, c0, H, tok, pos, out, err);
-    const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
-    int32_t d[MTPQ_MAX_K + 1];
-    if (!rc) mtpq_session_head(dr, out + (m - 1) * H, &d[0], NULL);
-    if (!rc && keff > 1) {
-      int64_t p1 = c0 + c;
-      rc = mtpq_session_draft(dr, 1, &d[0], out + (m - 1) * H, &p1, keff - 1, d + 1, err);
+    for (int b = 0; b < B && !rc; b++) {
+      struct gseq *g = &q[b];
+      dp[b] = c0 + g->c;
+      if (g->c >= g->N - 1) { /* finished: its place in the batch, unread */
+        d0[b] = g->x[g->N - 1], memset(dh + b * H, 0, (size_t)H * sizeof *dh);
+        continue;
+      }
+      const int64_t m = g->c - g->from;
+      rc = mtpq_session_select(dr, b, err);
+      if (!rc) rc = catch_up(dr, g->x, g->h, g->from, g->c, c0, H, g->tok, g->pos, g->out, err);
+      if (!rc) {
+        memcpy(dh + b * H, g->out + (m - 1) * H, (size_t)H * sizeof *dh);
+        mtpq_session_head(dr, dh + b * H, &d0[b], NULL);
+      }
     }
+    if (!rc && k > 1) rc = mtpq_session_draft(dr, B, d0, dh, dp, k - 1, dd, err);
     ds += mtpq__now() - t0;
-    if (rc) break;
-    /* the target verifies [x[c], d0 .. d(keff-1)] at c .. c + keff */
-    int32_t v[MTPQ_MAX_K + 1], a[MTPQ_MAX_K + 1];
-    v[0] = x[c];
-    memcpy(v + 1, d, (size_t)keff * sizeof *v);
-    t0 = mtpq__now();
-    rc = mtpq_target_verify(s, keff + 1, v, h + c * H, a, err);
-    bf16_rows(h + c * H, (keff + 1) * H);
-    int j = 0;
-    if (bench && bench->pattern) { /* the benchmark's acceptance, not the comparison */
-      const int pj = bench->pattern[bench->cursor++ % bench->npattern];
-      j = pj < keff ? pj : keff;
-    } else
-      while (!rc && j < keff && d[j] == a[j]) j++;
-    if (!rc && bench && bench->rounds && bench->nrounds < bench->cap) bench->rounds[bench->nrounds++] = (uint8_t)j;
-    if (!rc) rc = mtpq_target_accept(s, j, err);
-    ts += mtpq__now() - t0;
-    if (rc) break;
-    commit_round(x, N, c, d, j, keff, a[j], &acc); /* a[j]: the target's own token after the accepted drafts */
-    from = c, c += j + 1;
+    /* the target verifies each live sequence's [x[c], d0 .. d(keff-1)] at c .. c + keff */
+    live = 0;
+    for (int b = 0; b < B && !rc; b++) {
+      struct gseq *g = &q[b];
+      if (g->c >= g->N - 1) continue;
+      const int64_t c = g->c;
+      const int keff = (int)(g->N - 1 - c < k ? g->N - 1 - c : k);
+      int32_t d[MTPQ_MAX_K + 1], v[MTPQ_MAX_K + 1], a[MTPQ_MAX_K + 1];
+      d[0] = d0[b];
+      for (int i = 1; i < keff; i++) d[i] = dd[(i - 1) * B + b];
+      v[0] = g->x[c];
+      memcpy(v + 1, d, (size_t)keff * sizeof *v);
+      t0 = mtpq__now();
+      rc = mtpq_target_verify(g->s, keff + 1, v, g->h + c * H, a, err);
+      bf16_rows(g->h + c * H, (keff + 1) * H);
+      int j = 0;
+      if (bench && bench->pattern) { /* the benchmark's acceptance, not the comparison */
+        const int pj = bench->pattern[bench->cursor++ % bench->npattern];
+        j = pj < keff ? pj : keff;
+      } else
+        while (!rc && j < keff && d[j] == a[j]) j++;
+      if (!rc && bench && bench->rounds && bench->nrounds < bench->cap) bench->rounds[bench->nrounds++] = (uint8_t)j;
+      if (!rc) rc = mtpq_target_accept(g->s, j, err);
+      ts += mtpq__now() - t0;
+      if (rc) break;
+      commit_round(g->x, g->N, c, d, j, keff, a[j], &g->acc); /* a[j]: the target's own token after the drafts */
+      g->from = c, g->c += j + 1, live += g->c < g->N - 1;
+    }
   }
-  acc.draft_s = ds;
-  if (st) *st = acc;
+  for (int b = 0; b < B && st; b++) st[b] = q[b].acc, st[b].draft_s = ds / B;
   if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds};
   mtpq_session_close(dr);
-  mtpq_target_seq_close(s);
-  free(h), free(out), free(tok), free(pos);
+  for (int b = 0; b < B; b++) {
+    mtpq_target_seq_close(q[b].s);
+    free(q[b].h), free(q[b].out), free(q[b].tok), free(q[b].pos);
+  }
+  free(dh), free(dd);
   return rc;
+}
+
+enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                    const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *x,
+                                    struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
+                                    struct mtpq_decode_bench *bench, struct mtpq_err *err) {
+  return mtpq_decode_greedy_batch(t, drafter, be, 1, &prompt, &P, n_new, k, &x, st, tm, bench, err);
 }
 
 enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,

@@ -61,6 +61,22 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
                                     struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
                                     struct mtpq_decode_bench *bench, struct mtpq_err *err);
 
+/* B (1..MTPQ_MAX_SEQS) sequences decoded together, each as
+ * mtpq_decode_greedy decodes it (prompts[b] of P[b] tokens into outs[b],
+ * the same output token for token), with ragged acceptance: every round
+ * each live sequence's drafter catches up on its own slots, the first
+ * drafts come from the head, the k - 1 after them for all B sequences in
+ * one drafter call (one batch on the CUDA backend), then the target
+ * verifies each live sequence (a forward a sequence) and each keeps its
+ * own state slot; a finished sequence drafts on, unread, until all are
+ * done. st (may be NULL): B entries, each sequence's acceptance; bench's
+ * pattern is taken round by round, sequence by sequence. */
+enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                          int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
+                                          int32_t *const *outs, struct mtpq_accept_stats *st,
+                                          struct mtpq_decode_times *tm, struct mtpq_decode_bench *bench,
+                                          struct mtpq_err *err);
+
 /* The same loop sampling (kernels/sample.h): the target's next token drawn
  * from its distribution (sp: temperature, top-k, top-p, as vLLM applies
  * them), the drafter's k tokens each drawn from its own distribution q

@@ -23,8 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/decode.h"
 #include "kernels/runtime.h"
 #include "kernels/target.h"
+#include "kernels/traces.h"
 #include "quant/gpu_quant.h"
 
 #define TOL 1e-3
@@ -197,6 +199,60 @@ START_TEST(test_verify_slots) {
 }
 END_TEST
 
+/* The live loop on the device, batch 4 with ragged acceptance (issue 49): on
+ * the tiny model with its stock drafter at k = 1..4, four prompts of
+ * different lengths decoded together give, sequence by sequence, the
+ * CUDA backend's own plain greedy output (greedy speculation is lossless on
+ * one backend; against the CPU a near-tie may round the other way), and
+ * the acceptance of the four decoded alone. */
+START_TEST(test_batch_lossless) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  struct mtpq_rt_model *d = NULL;
+  const char *dir = MTPQ_TESTDATA "/tiny-qwen3next/model";
+  ck_assert_msg(!mtpq_target_open(dir, &t, &err) && !mtpq_rt_model_open(dir, NULL, &d, &err), "%s", err.msg);
+  struct mtpq_traces *tr = NULL;
+  ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
+  enum { B = 4, NEW = 48, PMAX = 96 };
+  const int64_t P[B] = {96, 41, 77, 60};
+  static int32_t prompt[B][PMAX], plain[B][PMAX + NEW], got[B][PMAX + NEW];
+  const int32_t *pp[B];
+  int32_t *op[B];
+  for (int b = 0; b < B; b++) {
+    const struct mtpq_trace *x = mtpq_traces_at(tr, (size_t)(b * 6 + 1));
+    memcpy(prompt[b], x->tokens + 192 - P[b], (size_t)P[b] * sizeof **prompt);
+    pp[b] = prompt[b], op[b] = got[b];
+    ck_assert_msg(
+        !mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CUDA, prompt[b], P[b], NEW, 0, plain[b], NULL, NULL, NULL, &err),
+        "%s", err.msg);
+  }
+  for (int k = 1; k <= 4; k++) {
+    struct mtpq_accept_stats sb[B], alone = {0}, all = {0};
+    alone.k = all.k = k;
+    for (int b = 0; b < B; b++) {
+      struct mtpq_accept_stats s1;
+      ck_assert(!mtpq_decode_greedy(t, d, MTPQ_BACKEND_CUDA, prompt[b], P[b], NEW, k, got[b], &s1, NULL, NULL, &err));
+      mtpq_accept_add(&alone, &s1);
+    }
+    memset(got, 0xff, sizeof got);
+    ck_assert_msg(!mtpq_decode_greedy_batch(t, d, MTPQ_BACKEND_CUDA, B, pp, P, NEW, k, op, sb, NULL, NULL, &err), "%s",
+                  err.msg);
+    for (int b = 0; b < B; b++) {
+      ck_assert_msg(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got),
+                    "CUDA batch of 4, k = %d: sequence %d differs from plain greedy", k, b);
+      mtpq_accept_add(&all, &sb[b]);
+    }
+    ck_assert_uint_eq(all.drafts, alone.drafts);
+    for (int i = 0; i < k; i++) ck_assert_uint_eq(all.accepted[i], alone.accepted[i]);
+    printf("CUDA batch of 4, k = %d: %llu rounds, MAL %.3f, outputs equal to plain greedy\n", k,
+           (unsigned long long)all.drafts, mtpq_accept_mal(&all));
+  }
+  mtpq_traces_close(tr);
+  mtpq_rt_model_close(d);
+  mtpq_target_close(t);
+}
+END_TEST
+
 int main(void) {
   struct mtpq_err err = {0};
   if (!mtpq_gpu_available(&err)) {
@@ -209,6 +265,7 @@ int main(void) {
   const int n = (int)(sizeof cases / sizeof cases[0]);
   tcase_add_loop_test(tc, test_prefill_and_states, 0, n);
   tcase_add_loop_test(tc, test_verify_slots, 0, n);
+  tcase_add_test(tc, test_batch_lossless);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -372,6 +372,86 @@ START_TEST(test_greedy_lossless) {
 }
 END_TEST
 
+/* Batch 4 with ragged acceptance (issue 49): four prompts of different
+ * lengths decoded together give, sequence by sequence, the plain greedy
+ * output, at k = 1..4 with the stock and the mtpq drafters; at k = 3 the
+ * batch's acceptance is the sum of the four decoded alone. */
+START_TEST(test_greedy_batch) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
+  char *dir = tu_scratch(), *ids = tu_path(dir, "ids.safetensors"), *qd = tu_path(dir, "q");
+  struct mtpq_st_writer *w = NULL;
+  int64_t nid = 50000, shape[1] = {50000};
+  int64_t *iv = malloc((size_t)nid * 8);
+  for (int64_t i = 0; i < nid; i++) iv[i] = 3 * i;
+  ck_assert(!mtpq_stw_init(ids, &w, &err) && !mtpq_stw_add(w, "ids", MTPQ_DTYPE_I64, 1, shape, &err) &&
+            !mtpq_stw_begin(w, &err) && !mtpq_stw_write_all(w, "ids", iv, (uint64_t)nid * 8, &err) &&
+            !mtpq_stw_commit(w, &err));
+  mtpq_stw_free(w);
+  free(iv);
+  struct mtpq_drafter_params dp = mtpq_drafter_default_params();
+  dp.target = models[2], dp.vocab_ids = ids, dp.out = qd, dp.expert_input_scale = 0.1667;
+  struct mtpq_plan *pl = NULL;
+  ck_assert_msg(!mtpq_drafter_plan(&dp, &pl, &err) && !mtpq_drafter_write(&dp, pl, NULL, NULL, &err), "%s", err.msg);
+  mtpq_plan_free(pl);
+  struct mtpq_rt_model *drs[2] = {NULL, NULL};
+  ck_assert_msg(mtpq_rt_model_open(models[2], NULL, &drs[0], &err) == MTPQ_OK, "%s", err.msg);
+  ck_assert_msg(mtpq_rt_model_open(models[2], qd, &drs[1], &err) == MTPQ_OK, "%s", err.msg);
+  struct mtpq_traces *tr = NULL;
+  ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
+  enum { B = 4, NEW = 20, PMAX = 48 };
+  const int64_t P[B] = {40, 23, 48, 31};
+  int32_t prompt[B][PMAX], plain[B][PMAX + NEW], got[B][PMAX + NEW];
+  const int32_t *pp[B];
+  int32_t *op[B];
+  struct mtpq_accept_stats alone = {0};
+  alone.k = 3;
+  for (int b = 0; b < B; b++) {
+    const struct mtpq_trace *x = mtpq_traces_at(tr, (size_t)(b * 6)); /* two code, two prose prompts */
+    memcpy(prompt[b], x->tokens + 192 - P[b], (size_t)P[b] * sizeof **prompt);
+    pp[b] = prompt[b], op[b] = got[b];
+    ck_assert(
+        !mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt[b], P[b], NEW, 0, plain[b], NULL, NULL, NULL, &err));
+    struct mtpq_accept_stats s1;
+    ck_assert(!mtpq_decode_greedy(t, drs[0], MTPQ_BACKEND_CPU, prompt[b], P[b], NEW, 3, got[b], &s1, NULL, NULL, &err));
+    mtpq_accept_add(&alone, &s1);
+  }
+  for (int k = 1; k <= 8; k++) {
+    const int q8 = k > 4, kk = q8 ? k - 4 : k;
+    struct mtpq_accept_stats sb[B], st = {0};
+    memset(got, 0xff, sizeof got);
+    ck_assert_msg(!mtpq_decode_greedy_batch(t, drs[q8], MTPQ_BACKEND_CPU, B, pp, P, NEW, kk, op, sb, NULL, NULL, &err),
+                  "%s", err.msg);
+    st.k = kk;
+    for (int b = 0; b < B; b++) mtpq_accept_add(&st, &sb[b]);
+    for (int b = 0; b < B; b++)
+      ck_assert_msg(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got),
+                    "batch of 4, %s drafter, k = %d: sequence %d differs from its plain greedy output",
+                    q8 ? "mtpq" : "stock", kk, b);
+    if (!q8 && kk == 3) {
+      ck_assert_uint_eq(st.drafts, alone.drafts);
+      for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(st.accepted[i], alone.accepted[i]);
+        ck_assert_uint_eq(st.reached[i], alone.reached[i]);
+      }
+    }
+    printf("batch of 4, %s drafter, k = %d: %llu rounds, MAL %.3f, every output equal to plain greedy\n",
+           q8 ? "mtpq" : "stock", kk, (unsigned long long)st.drafts, mtpq_accept_mal(&st));
+  }
+  /* no speculation in a batch: the same outputs too; a batch of 9 is refused */
+  ck_assert(!mtpq_decode_greedy_batch(t, NULL, MTPQ_BACKEND_CPU, B, pp, P, NEW, 0, op, NULL, NULL, NULL, &err));
+  for (int b = 0; b < B; b++) ck_assert(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got));
+  ck_assert_int_eq(mtpq_decode_greedy_batch(t, drs[0], MTPQ_BACKEND_CPU, 9, pp, P, NEW, 3, op, NULL, NULL, NULL, &err),
+                   MTPQ_E_INVAL);
+  mtpq_traces_close(tr);
+  mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
+  mtpq_target_close(t);
+  tu_rmtree(dir);
+  free(ids), free(qd), free(dir);
+}
+END_TEST
+
 /* The throughput runs' hooks on hybrid-mtp (random weights, its own MTP
  * layer): a pattern of zeros takes the target's token every round (the
  * target's greedy output, k times slower); from a later position (zeros
@@ -418,6 +498,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_transformers_fixtures, 0, 3);
   tcase_add_test(tc, test_greedy_lossless);
   tcase_add_test(tc, test_decode_bench_hooks);
+  tcase_add_test(tc, test_greedy_batch);
   tcase_add_test(tc, test_synthetic);
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);
