@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/json.h"
 #include "cli/cli.h"
 #include "io/util.h"
 #include "kernels/decode.h"
@@ -71,8 +72,9 @@ static enum mtpq_status read_pattern(const char *file, int k, struct run *runs, 
   size_t n = 0;
   enum mtpq_status st = mtpq__read_file(file, (size_t)1 << 30, &text, &n, err);
   if (st) return st;
-  cJSON *j = cJSON_ParseWithLength(text, n);
+  cJSON *j = mtpq__json_parse(text, n, file, MTPQ_E_BAD_VALUE, err);
   free(text);
+  if (!j) return MTPQ_E_BAD_VALUE;
   const cJSON *jk = cJSON_GetObjectItemCaseSensitive(j, "k"), *jr = cJSON_GetObjectItemCaseSensitive(j, "runs");
   if (!cJSON_IsNumber(jk) || !cJSON_IsArray(jr))
     st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: not a bench-decode --json report (no \"k\" and \"runs\")", file);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/json.h"
 #include "hub/http.h"
 #include "hub/tree.h"
 #include "io/util.h"
@@ -98,8 +99,11 @@ enum mtpq_status hub_list_tree(const struct mtpq_hub_env *env, const char *repo,
   for (int page = 0; url[0] && !st; page++) {
     struct hub_resp r;
     if ((st = hub_get(env, url, &r, err))) break;
-    cJSON *j = cJSON_Parse(r.body ? r.body : "");
-    if (!cJSON_IsArray(j)) st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: the tree listing is not a JSON array", url);
+    cJSON *j = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err);
+    if (!j)
+      st = MTPQ_E_SERVER;
+    else if (!cJSON_IsArray(j))
+      st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: the tree listing is not a JSON array", url);
     cJSON *it;
     cJSON_ArrayForEach(it, j) {
       if (st) break;
@@ -157,9 +161,12 @@ enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *
   struct hub_resp r;
   enum mtpq_status st = hub_get(env, url, &r, err);
   if (st) return st;
-  cJSON *j = cJSON_Parse(r.body ? r.body : "");
+  cJSON *j = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err);
   const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(j, "sha"));
-  if (!sha || !is_hex(sha, 40)) st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no 40-hex \"sha\" in the answer", url);
+  if (!j)
+    st = MTPQ_E_SERVER;
+  else if (!sha || !is_hex(sha, 40))
+    st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no 40-hex \"sha\" in the answer", url);
   else memcpy(commit, sha, 41);
   cJSON_Delete(j);
   hub_resp_free(&r);

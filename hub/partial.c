@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/json.h"
 #include "hub/http.h"
 #include "hub/tree.h"
 #include "io/util.h"
@@ -73,7 +74,11 @@ static enum mtpq_status fetch_shard(const struct mtpq_hub_env *env, const char *
     return st;
   }
   hdr[n] = 0;
-  cJSON *j = cJSON_Parse(hdr);
+  cJSON *j = mtpq__json_parse(hdr, n, shard, MTPQ_E_ST_HEADER_JSON, err);
+  if (!j) {
+    free(hdr);
+    return MTPQ_E_ST_HEADER_JSON;
+  }
   if (!cJSON_IsObject(j)) {
     free(hdr);
     cJSON_Delete(j);
@@ -217,9 +222,12 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
     snprintf(dst, sizeof dst, "%s/%s", tmp, index_name);
     char *buf = NULL;
     st = mtpq__read_file(src, (size_t)256 << 20, &buf, NULL, err); /* io/repo.c's index cap */
-    cJSON *idx = st ? NULL : cJSON_Parse(buf);
+    cJSON *idx = st ? NULL : mtpq__json_parse(buf, strlen(buf), index_name, MTPQ_E_IDX_JSON, err);
     free(buf);
-    if (!st && !cJSON_IsObject(idx)) st = mtpq_err_set(err, MTPQ_E_IDX_JSON, "%s: index is not valid JSON", index_name);
+    if (!st && !idx)
+      st = MTPQ_E_IDX_JSON;
+    else if (!st && !cJSON_IsObject(idx))
+      st = mtpq_err_set(err, MTPQ_E_IDX_JSON, "%s: index is not a JSON object", index_name);
     if (!st && want) {
       cJSON_ReplaceItemInObject(idx, "weight_map", wmap);
       wmap = NULL;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/json.h"
 #include "hub/http.h"
 #include "hub/tree.h"
 #include "io/util.h"
@@ -144,7 +145,12 @@ static enum mtpq_status preupload(const struct mtpq_hub_env *env, const struct m
     if (!st) st = post_json(env, url, "application/json", j, 1, &r, err);
     cJSON_Delete(j);
     if (st) break;
-    cJSON *ans = cJSON_Parse(r.body ? r.body : ""), *it;
+    cJSON *ans = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err), *it;
+    if (!ans) {
+      hub_resp_free(&r);
+      st = MTPQ_E_SERVER;
+      break;
+    }
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(ans, "files")) {
       const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(it, "path"));
       const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(it, "uploadMode"));
@@ -287,7 +293,12 @@ static enum mtpq_status lfs_batch(const struct mtpq_hub_env *env, const struct m
     if (m) st = post_json(env, url, "application/vnd.git-lfs+json", j, 1, &r, err);
     cJSON_Delete(j);
     if (st || !m) break;
-    cJSON *ans = cJSON_Parse(r.body ? r.body : ""), *ob;
+    cJSON *ans = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err), *ob;
+    if (!ans) {
+      hub_resp_free(&r);
+      st = MTPQ_E_SERVER;
+      break;
+    }
     hub_resp_free(&r);
     int seen = 0;
     cJSON_ArrayForEach(ob, cJSON_GetObjectItem(ans, "objects")) {
@@ -394,10 +405,13 @@ static enum mtpq_status commit(const struct mtpq_hub_env *env, const struct mtpq
     curl_free(rev);
   }
   if (st) return st;
-  cJSON *ans = cJSON_Parse(r.body ? r.body : "");
+  cJSON *ans = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err);
   const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(ans, "commitOid"));
   const char *cu = cJSON_GetStringValue(cJSON_GetObjectItem(ans, "commitUrl"));
-  if (!oid || strlen(oid) != 40) st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no commitOid in the answer", url);
+  if (!ans)
+    st = MTPQ_E_SERVER;
+  else if (!oid || strlen(oid) != 40)
+    st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no commitOid in the answer", url);
   else {
     memcpy(res->commit, oid, 41);
     snprintf(res->url, sizeof res->url, "%s", cu ? cu : "");

@@ -1,4 +1,5 @@
 /* config.json reader; see io/config.h for the lookup rules. */
+#include "io/json.h"
 #include "io/config.h"
 
 #include <cjson/cJSON.h>
@@ -59,8 +60,8 @@ static enum mtpq_status get_real(const cJSON *v, const char *key, double dflt, d
 enum mtpq_status mtpq_config_parse(const char *text, size_t len, const char *label,
                                    struct mtpq_model_config *cfg, struct mtpq_err *err) {
   memset(cfg, 0, sizeof *cfg);
-  cJSON *root = cJSON_ParseWithLength(text, len);
-  if (!root) return mtpq_err_set(err, MTPQ_E_CONFIG_JSON, "%s: not valid JSON", label);
+  cJSON *root = mtpq__json_parse(text, len, label, MTPQ_E_CONFIG_JSON, err);
+  if (!root) return MTPQ_E_CONFIG_JSON;
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
     return mtpq_err_set(err, MTPQ_E_CONFIG_JSON, "%s: not a JSON object", label);

@@ -76,14 +76,16 @@ enum mtpq_status mtpq_reader_read(struct mtpq_reader *r, void *buf, size_t n, si
           return mtpq_err_set(err, MTPQ_E_IO_READ, "%s: read error: %s", r->path, strerror(errno));
         r->eof = 1;
         if (r->z_mid_frame)
-          return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: truncated zstd frame", r->path);
+          return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: corrupt or truncated .zst (its last frame ends early)",
+                              r->path);
         break;
       }
       r->in = (ZSTD_inBuffer){r->zin, k, 0};
     }
     size_t rc = ZSTD_decompressStream(r->z, &o, &r->in);
     if (ZSTD_isError(rc))
-      return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: bad zstd data: %s", r->path, ZSTD_getErrorName(rc));
+      return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: corrupt or truncated .zst (zstd says: %s)", r->path,
+                          ZSTD_getErrorName(rc));
     r->z_mid_frame = rc != 0;
   }
   *got = o.pos;

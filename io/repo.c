@@ -1,4 +1,5 @@
 /* Repository = shards + optional index; see io/repo.h. */
+#include "io/json.h"
 #include "io/repo.h"
 
 #include <cjson/cJSON.h>
@@ -79,9 +80,9 @@ static enum mtpq_status names_from_index(struct mtpq_repo *r, const char *ipath,
   size_t len = 0;
   enum mtpq_status st = mtpq__read_file(ipath, INDEX_CAP, &buf, &len, err);
   if (st) return st;
-  cJSON *root = cJSON_ParseWithLength(buf, len);
+  cJSON *root = mtpq__json_parse(buf, len, ipath, MTPQ_E_IDX_JSON, err);
   free(buf);
-  if (!root) return mtpq_err_set(err, MTPQ_E_IDX_JSON, "%s: not valid JSON", ipath);
+  if (!root) return MTPQ_E_IDX_JSON;
   *root_out = root;
   cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
   if (!cJSON_IsObject(wm))

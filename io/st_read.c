@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "io/util.h"
 
@@ -33,24 +34,6 @@ static uint64_t load_le64(const unsigned char *p) {
 }
 
 /* Bound nesting before handing the bytes to a recursive parser. */
-static int json_depth_exceeds(const char *s, size_t n, int cap) {
-  int depth = 0, in_str = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (in_str) {
-      if (c == '\\') i++;
-      else if (c == '"') in_str = 0;
-    } else if (c == '"') {
-      in_str = 1;
-    } else if (c == '{' || c == '[') {
-      if (++depth > cap) return 1;
-    } else if (c == '}' || c == ']') {
-      depth--;
-    }
-  }
-  return 0;
-}
-
 /* JSON number -> exact non-negative integer. Returns 0 ok, -1 negative,
  * -2 not an integer / not a number / too large for exact representation. */
 static int json_uint(const cJSON *j, uint64_t *out) {
@@ -166,6 +149,11 @@ static enum mtpq_status parse_metadata(const cJSON *m, const char *label,
       return mtpq_err_set(err, MTPQ_E_ST_METADATA,
                           "%s: __metadata__ value of \"%.60s\" is not a string", label,
                           c->string);
+    const long bk = mtpq__utf8_bad_at(c->string, strlen(c->string)),
+               bv = mtpq__utf8_bad_at(c->valuestring, strlen(c->valuestring));
+    if (bk >= 0 || bv >= 0)
+      return mtpq_err_set(err, MTPQ_E_ST_METADATA, "%s: a __metadata__ %s is not valid UTF-8 (byte %ld)", label,
+                          bk >= 0 ? "key" : "value", bk >= 0 ? bk : bv);
     f->meta[2 * f->n_meta] = mtpq__strdup(c->string);
     f->meta[2 * f->n_meta + 1] = mtpq__strdup(c->valuestring);
     f->n_meta++;
@@ -228,7 +216,7 @@ enum mtpq_status mtpq_st_parse(const void *buf, uint64_t len, uint64_t data_size
                         "%s: header length %llu exceeds the %llu bytes after the length field",
                         label, (unsigned long long)hlen, (unsigned long long)(len - 8));
   const char *js = (const char *)p + 8;
-  if (json_depth_exceeds(js, (size_t)hlen, MTPQ_ST_MAX_DEPTH))
+  if (mtpq__json_depth_exceeds(js, (size_t)hlen, MTPQ_ST_MAX_DEPTH))
     return mtpq_err_set(err, MTPQ_E_ST_HEADER_DEPTH, "%s: header JSON nests deeper than %d",
                         label, MTPQ_ST_MAX_DEPTH);
   const char *end = NULL;
@@ -274,6 +262,12 @@ enum mtpq_status mtpq_st_parse(const void *buf, uint64_t len, uint64_t data_size
     if (nl == 0 || nl > MTPQ_ST_MAX_NAME) {
       st = mtpq_err_set(err, MTPQ_E_ST_NAME, "%s: tensor name of %zu bytes (allowed 1..%d)",
                         label, nl, MTPQ_ST_MAX_NAME);
+      goto out;
+    }
+    const long bad = mtpq__utf8_bad_at(c->string, nl);
+    if (bad >= 0) { /* (printed as hex: the name is not text) */
+      st = mtpq_err_set(err, MTPQ_E_ST_NAME, "%s: a tensor name is not valid UTF-8 (byte %ld of %zu is 0x%02x)", label,
+                        bad, nl, (unsigned char)c->string[bad]);
       goto out;
     }
     name_bytes += nl + 1;

@@ -104,6 +104,31 @@ int mtpq__is_file(const char *path) {
   return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+long mtpq__utf8_bad_at(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    const unsigned c = u[i];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF; /* the second byte's range */
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF)
+      len = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF; /* no overlongs, no surrogates */
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF; /* no overlongs, <= U+10FFFF */
+    else
+      return (long)i;
+    if (i + len > n || u[i + 1] < lo || u[i + 1] > hi) return (long)i;
+    for (size_t j = 2; j < len; j++)
+      if (u[i + j] < 0x80 || u[i + j] > 0xBF) return (long)i;
+    i += len;
+  }
+  return -1;
+}
+
 int mtpq__is_dir(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);

@@ -30,6 +30,10 @@ enum mtpq_status mtpq__file_digest(const char *path, int git_blob_sha1, char *he
                                    struct mtpq_err *err);
 /* "<a>/<b>" in a new string (free with free()); NULL on OOM. */
 char *mtpq__path_join(const char *a, const char *b);
+/* The offset of the first byte of s[0, n) that does not belong to
+ * well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
+ * past U+10FFFF), or -1 when all of it does. */
+long mtpq__utf8_bad_at(const char *s, size_t n);
 /* 1 if path names an existing regular file / directory. */
 int mtpq__is_file(const char *path);
 int mtpq__is_dir(const char *path);

@@ -1,4 +1,5 @@
 /* Recording target traces; see kernels/record.h. */
+#include "io/json.h"
 #include "kernels/record.h"
 
 #include <cjson/cJSON.h>
@@ -157,11 +158,13 @@ enum mtpq_status mtpq_prompts_read(const char *path, struct mtpq_tokenizer *tok,
       int blank = 1;
       for (size_t i = 0; i < n && blank; i++) blank = s[i] == ' ' || s[i] == '\t' || s[i] == '\r';
       if (!blank) {
-        cJSON *o = cJSON_ParseWithLength(s, n);
+        char where[512];
+        snprintf(where, sizeof where, "%s:%ld", path, line);
+        cJSON *o = mtpq__json_parse(s, n, where, MTPQ_E_BAD_VALUE, err);
         const cJSON *f = o ? cJSON_GetObjectItemCaseSensitive(o, chat ? "messages" : text_field) : NULL;
         char *text = NULL;
         if (!o)
-          st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%ld: not a JSON object", path, line);
+          st = MTPQ_E_BAD_VALUE;
         else if (chat && !cJSON_IsArray(f))
           st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%ld: no \"messages\" array (--chat)", path, line);
         else if (!chat && !cJSON_IsString(f))

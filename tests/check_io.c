@@ -9,6 +9,7 @@
 #include "io/model.h"
 #include "io/repo.h"
 #include "io/safetensors.h"
+#include "io/util.h"
 #include "testutil.h"
 
 /* ---- status + dtype tables ---------------------------------------------- */
@@ -206,8 +207,10 @@ static const struct hostile hostile_cases[] = {
     {"metadata_value_number", "{\"__metadata__\":{\"k\":1}}", 0, MTPQ_E_ST_METADATA},
     {"metadata_array", "{\"__metadata__\":[\"k\"]}", 0, MTPQ_E_ST_METADATA},
     {"empty_name", "{\"\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, MTPQ_E_ST_NAME},
-    {"duplicate_name", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
-                       "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}", 4, MTPQ_E_ST_DUPLICATE},
+    {"duplicate_name",
+     "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+     "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+     4, MTPQ_E_ST_DUPLICATE},
     {"dtype_unknown", "{\"a\":{\"dtype\":\"F7\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_DTYPE},
     {"dtype_missing", "{\"a\":{\"shape\":[4],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_DTYPE},
     {"dtype_lowercase", "{\"a\":{\"dtype\":\"bf16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_DTYPE},
@@ -217,8 +220,10 @@ static const struct hostile hostile_cases[] = {
     {"shape_string", "{\"a\":{\"dtype\":\"U8\",\"shape\":[\"4\"],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_SHAPE},
     {"shape_negative", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_SHAPE_NEGATIVE},
     {"rank_nine", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,4],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_RANK},
-    {"numel_overflow", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_OVERFLOW},
-    {"bytes_overflow", "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,1073741824],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_OVERFLOW},
+    {"numel_overflow", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,4]}}", 4,
+     MTPQ_E_ST_OVERFLOW},
+    {"bytes_overflow", "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,1073741824],\"data_offsets\":[0,4]}}", 4,
+     MTPQ_E_ST_OVERFLOW},
     {"offsets_missing", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4]}}", 4, MTPQ_E_ST_OFFSETS},
     {"offsets_one", T1("[4]"), 4, MTPQ_E_ST_OFFSETS},
     {"offsets_three", T1("[0,4,8]"), 4, MTPQ_E_ST_OFFSETS},
@@ -226,11 +231,25 @@ static const struct hostile hostile_cases[] = {
     {"offsets_reversed", T1("[4,0]"), 4, MTPQ_E_ST_OFFSETS_ORDER},
     {"offsets_past_data", T1("[0,4000]"), 4, MTPQ_E_ST_OFFSETS_PAST_DATA},
     {"size_mismatch", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_SIZE_MISMATCH},
-    {"overlap", "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
-                "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}", 12, MTPQ_E_ST_OVERLAP},
-    {"gap_between", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-                    "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}", 12, MTPQ_E_ST_GAP},
+    {"overlap",
+     "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}",
+     12, MTPQ_E_ST_OVERLAP},
+    {"gap_between",
+     "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+     "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}",
+     12, MTPQ_E_ST_GAP},
     {"trailing_data", T1("[0,4]"), 16, MTPQ_E_ST_GAP},
+    /* names and metadata must be UTF-8 (inspect --json would print invalid JSON): a lone continuation byte,
+     * an overlong '/', a UTF-16 surrogate, a code point past U+10FFFF, a truncated sequence */
+    {"name_lone_continuation", "{\"a\x80\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
+     MTPQ_E_ST_NAME},
+    {"name_overlong", "{\"\xc0\xaf\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_NAME},
+    {"name_surrogate", "{\"\xed\xa0\x80\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_NAME},
+    {"name_past_max", "{\"\xf4\x90\x80\x80\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
+     MTPQ_E_ST_NAME},
+    {"name_truncated", "{\"ab\xe2\x82\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4, MTPQ_E_ST_NAME},
+    {"metadata_value_latin1", "{\"__metadata__\":{\"k\":\"caf\xe9\"}}", 0, MTPQ_E_ST_METADATA},
 };
 
 static void expect_open_fails(const char *path, enum mtpq_status want, const char *label) {
@@ -253,6 +272,18 @@ START_TEST(test_hostile_header) {
   tu_rmtree(dir);
   free(p);
   free(dir);
+}
+END_TEST
+
+/* well-formed UTF-8 passes, ill-formed is caught at its first bad byte */
+START_TEST(test_utf8_check) {
+  ck_assert_int_eq(mtpq__utf8_bad_at("mtp.layers.0.\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 22), -1);
+  ck_assert_int_eq(mtpq__utf8_bad_at("\xef\xbf\xbf\xf4\x8f\xbf\xbf", 7), -1); /* U+FFFF, U+10FFFF */
+  ck_assert_int_eq(mtpq__utf8_bad_at("ab\xe2\x82", 4), 2);
+  ck_assert_int_eq(mtpq__utf8_bad_at("abc\xc1\xbf", 5), 3);
+  ck_assert_int_eq(mtpq__utf8_bad_at("\xe0\x9f\xbf", 3), 0);  /* overlong 3-byte */
+  ck_assert_int_eq(mtpq__utf8_bad_at("x\xed\xbf\xbf", 4), 1); /* surrogate */
+  ck_assert_int_eq(mtpq__utf8_bad_at("\xc3\xa9\xff", 3), 2);
 }
 END_TEST
 
@@ -554,6 +585,7 @@ static Suite *io_suite(void) {
   tcase_add_loop_test(tc, test_hostile_header, 0,
                       (int)(sizeof hostile_cases / sizeof hostile_cases[0]));
   tcase_add_test(tc, test_hostile_framing);
+  tcase_add_test(tc, test_utf8_check);
   tcase_add_test(tc, test_hostile_fuzz_flips);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);

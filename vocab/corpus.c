@@ -1,4 +1,5 @@
 /* Count files and text corpora; see vocab/corpus.h. */
+#include "io/json.h"
 #include "vocab/corpus.h"
 
 #include <cjson/cJSON.h>
@@ -130,9 +131,11 @@ static enum mtpq_status text_jsonl(struct mtpq_tokenizer *t, struct mtpq_reader 
     if (st || len == (size_t)-1) break;
     stats->bytes += len + 1;
     if (len == 0) continue;
-    cJSON *o = cJSON_ParseWithLength(line, len);
+    char where[512];
+    snprintf(where, sizeof where, "%s:%zu", path, mtpq_reader_lineno(r));
+    cJSON *o = mtpq__json_parse(line, len, where, MTPQ_E_BAD_VALUE, err);
     if (!o) {
-      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s:%zu: not valid JSON", path, mtpq_reader_lineno(r));
+      st = MTPQ_E_BAD_VALUE;
       break;
     }
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, field);

@@ -1,4 +1,5 @@
 /* Byte-level BPE tokenizer; see vocab/tokenizer.h for what is supported. */
+#include "io/json.h"
 #include "vocab/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -255,9 +256,9 @@ enum mtpq_status mtpq_tokenizer_load(const char *path, struct mtpq_tokenizer **o
   size_t len = 0;
   enum mtpq_status st = mtpq__read_file(path, (size_t)512 << 20, &buf, &len, err);
   if (st) return st;
-  cJSON *root = cJSON_ParseWithLength(buf, len);
+  cJSON *root = mtpq__json_parse(buf, len, path, MTPQ_E_CONFIG_JSON, err);
   free(buf);
-  if (!root) return mtpq_err_set(err, MTPQ_E_CONFIG_JSON, "%s: not valid JSON", path);
+  if (!root) return MTPQ_E_CONFIG_JSON;
   struct mtpq_tokenizer *t = calloc(1, sizeof *t);
   if (!t) {
     cJSON_Delete(root);

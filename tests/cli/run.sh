@@ -117,7 +117,22 @@ run bv_beyond 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/big.tsv" --out "$SCR
 printf '5\tmany\n' >"$SCRATCH/bad.tsv"
 run bv_number 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/bad.tsv" --out "$SCRATCH/v" && has bv_number err 'bad\.tsv:1: expected'
 printf 'not zstd at all' >"$SCRATCH/x.tsv.zst"
-run bv_zstd 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/x.tsv.zst" --out "$SCRATCH/v" && has bv_zstd err 'bad zstd data'
+run bv_zstd 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/x.tsv.zst" --out "$SCRATCH/v" &&
+  has bv_zstd err 'x\.tsv\.zst: corrupt or truncated \.zst'
+# a real .zst cut short, and one with garbage after a valid frame header, are worded the same
+printf '5\t1\n6\t2\n' | zstd -q -c > "$SCRATCH/ok.tsv.zst" && head -c 12 "$SCRATCH/ok.tsv.zst" > "$SCRATCH/cut.tsv.zst"
+run bv_zcut 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/cut.tsv.zst" --out "$SCRATCH/v" &&
+  has bv_zcut err 'cut\.tsv\.zst: corrupt or truncated \.zst'
+{ head -c 6 "$SCRATCH/ok.tsv.zst"; head -c 4000 /dev/urandom; } > "$SCRATCH/junk.tsv.zst"
+run bv_zjunk 4 "$MTPQ" build-vocab -t "$TOKJ" -c "$SCRATCH/junk.tsv.zst" --out "$SCRATCH/v" &&
+  has bv_zjunk err 'junk\.tsv\.zst: corrupt or truncated \.zst'
+# JSON nested past cJSON's limit is reported as such (not as "not valid JSON"), in tokenizer.json and config.json
+python3 -c "print('{\"model\": ' + '[' * 200000 + ']' * 200000 + '}')" > "$SCRATCH/deep.json"
+run bv_deep 4 "$MTPQ" build-vocab -t "$SCRATCH/deep.json" -c "$C/prose_train.tsv" --out "$SCRATCH/v" &&
+  has bv_deep err 'deep\.json: JSON nests deeper than 1000 levels'
+mkdir -p "$SCRATCH/deepcfg" && cp "$SCRATCH/deep.json" "$SCRATCH/deepcfg/config.json"
+"$ST_TOOL" write "$SCRATCH/deepcfg/model.safetensors" 1 >/dev/null
+run cfg_deep 4 "$MTPQ" inspect "$SCRATCH/deepcfg" && has cfg_deep err 'config\.json: JSON nests deeper than 1000 levels'
 echo '{"model": {"type": "Unigram"}}' >"$SCRATCH/tok.json"
 run bv_tok 4 "$MTPQ" build-vocab -t "$SCRATCH/tok.json" -c "$C/prose_train.tsv" --out "$SCRATCH/v" && has bv_tok err 'unsupported model type Unigram'
 if ls "$SCRATCH"/v.* >/dev/null 2>&1; then echo "FAIL bv: outputs left behind"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
@@ -222,7 +237,7 @@ run bd_replay 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "
 run bd_patk 4 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 3 -n 8 \
   --accept-pattern "$SCRATCH/pat.json" && has bd_patk err 'pat.json: made at k = 2, this run has k = 3'
 run bd_patbad 4 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 2 -n 8 \
-  --accept-pattern "$SCRATCH/p.txt" && has bd_patbad err 'p.txt: not a bench-decode --json report'
+  --accept-pattern "$SCRATCH/p.txt" && has bd_patbad err 'p.txt: not valid JSON'
 run bd_trunk 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" \
   --trunk synthetic:qwen3-next-80b && has bd_trunk err 'need --accept-pattern'
 run bd_trunk2 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --trunk nope \

@@ -1,0 +1,38 @@
+/* JSON parsing with user-facing errors; see io/json.h. */
+#include "io/json.h"
+
+int mtpq__json_depth_exceeds(const char *s, size_t n, int cap) {
+  int depth = 0, in_str = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char c = s[i];
+    if (in_str) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '{' || c == '[') {
+      if (++depth > cap) return 1;
+    } else if (c == '}' || c == ']') {
+      depth--;
+    }
+  }
+  return 0;
+}
+
+cJSON *mtpq__json_parse(const char *s, size_t n, const char *label, enum mtpq_status st, struct mtpq_err *err) {
+  if (mtpq__json_depth_exceeds(s, n, CJSON_NESTING_LIMIT)) {
+    mtpq_err_set(err, st, "%s: JSON nests deeper than %d levels", label, CJSON_NESTING_LIMIT);
+    return NULL;
+  }
+  cJSON *root = cJSON_ParseWithLength(s, n);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    if (at && at >= s && at <= s + n)
+      mtpq_err_set(err, st, "%s: not valid JSON (near byte %zu of %zu)", label, (size_t)(at - s), n);
+    else
+      mtpq_err_set(err, st, "%s: not valid JSON", label);
+  }
+  return root;
+}
