@@ -1,23 +1,48 @@
 /* A command's TARGET that is a Hub repo id (org/name) rather than a local
  * directory: fetched tensor by tensor (hub/partial.c) into the cache, and
  * the command then reads that directory. Shared by quantize and inspect. */
+#include <ctype.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
 
+/* 1 when target can only be a local path: not ORG/NAME in the Hub's name
+ * form (letters, digits, '-', '_', '.'; one slash inside; no leading '.'),
+ * or its first component is a local directory (models/qwen3 beside a
+ * folder models/). */
+static int path_like(const char *t) {
+  const char *sl = strchr(t, '/');
+  if (!sl || sl == t || !sl[1] || strchr(sl + 1, '/') || t[0] == '.' || sl[1] == '.') return 1;
+  for (const char *p = t; *p; p++)
+    if (p != sl && !(isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.')) return 1;
+  char first[512];
+  snprintf(first, sizeof first, "%.*s", (int)(sl - t), t);
+  struct stat sb;
+  return stat(first, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_tensor_want_fn want,
                    const char *selection, char *dir, size_t cap) {
   struct stat sb;
-  if (stat(target, &sb) == 0 || !strchr(target, '/') || target[0] == '/' || target[0] == '.') {
+  if (stat(target, &sb) == 0 || !strchr(target, '/')) { /* (a bare name: the command's own error) */
     snprintf(dir, cap, "%s", target);
     return 0;
+  }
+  if (path_like(target)) { /* never a request */
+    cli_error("%s: %s: no such file or directory", cmd, target);
+    return MTPQ_EXIT_IO;
   }
   struct mtpq_err err = {0};
   struct mtpq_hub_env env;
   struct mtpq_partial_result r;
   enum mtpq_status st = mtpq_hub_env_load(&env, &err);
   if (!st) st = mtpq_hub_fetch_partial(&env, target, rev, want, selection, &r, &err);
+  if (st &&
+      (st == MTPQ_E_NET || st == MTPQ_E_NOT_FOUND || st == MTPQ_E_SERVER)) { /* it may have been meant as a path */
+    const size_t n = strlen(err.msg);
+    snprintf(err.msg + n, sizeof err.msg - n, " (and there is no local file or directory '%s')", target);
+  }
   if (st) return cli_fail(st, &err);
   if (cli_verbosity < 1) {
   } else if (r.cached) fprintf(stderr, "mtpq: %s: %s@%s already fetched (%s)\n", cmd, target, r.commit, r.dir);

@@ -174,7 +174,7 @@ enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *
 }
 
 /* refs/<rev> = commit, atomically and only when it changes */
-static enum mtpq_status write_ref(const char *rdir, const char *rev, const char *commit, struct mtpq_err *err) {
+enum mtpq_status hub_write_ref(const char *rdir, const char *rev, const char *commit, struct mtpq_err *err) {
   char p[2048], cur[64] = {0};
   snprintf(p, sizeof p, "%s/refs/%s", rdir, rev);
   FILE *f = fopen(p, "r");
@@ -324,9 +324,28 @@ static enum mtpq_status link_snapshot(const char *rdir, const char *commit, cons
 }
 
 /* models--{org}--{name}: "/" of the repo id becomes "--", case kept */
-static void repo_dir(const struct mtpq_hub_env *env, const char *repo, char *out, size_t cap) {
+void hub_repo_dir(const struct mtpq_hub_env *env, const char *repo, char *out, size_t cap) {
   const char *slash = strchr(repo, '/');
   snprintf(out, cap, "%s/models--%.*s--%s", env->cache, (int)(slash - repo), repo, slash + 1);
+}
+
+enum mtpq_status hub_cached_commit(const struct mtpq_hub_env *env, const char *repo, const char *rev, char *commit,
+                                   struct mtpq_err *err) {
+  if (is_hex(rev, 40)) {
+    memcpy(commit, rev, 41);
+    return MTPQ_OK;
+  }
+  char rdir[1500], p[2100];
+  hub_repo_dir(env, repo, rdir, sizeof rdir);
+  snprintf(p, sizeof p, "%s/refs/%s", rdir, rev);
+  FILE *f = fopen(p, "r");
+  size_t n = f ? fread(commit, 1, 40, f) : 0;
+  if (f) fclose(f);
+  commit[n] = 0;
+  if (!is_hex(commit, 40))
+    return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set and the cache has no ref '%s' of %s (%s)", rev, repo,
+                        p);
+  return MTPQ_OK;
 }
 
 static int selected(const struct mtpq_download_opts *o, const char *path) {
@@ -345,20 +364,10 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
   if (!*rev || strstr(rev, "..") || rev[0] == '/' || strlen(rev) > 200)
     return mtpq_err_set(err, MTPQ_E_INVAL, "'%s' is not a valid revision", rev);
   char rdir[1500];
-  repo_dir(env, o->repo, rdir, sizeof rdir);
+  hub_repo_dir(env, o->repo, rdir, sizeof rdir);
   enum mtpq_status st;
   if (env->offline) { /* serve from the cache: refs/<rev> or the commit itself */
-    char p[2100];
-    if (is_hex(rev, 40)) memcpy(res->commit, rev, 41);
-    else {
-      snprintf(p, sizeof p, "%s/refs/%s", rdir, rev);
-      FILE *f = fopen(p, "r");
-      size_t n = f ? fread(res->commit, 1, 40, f) : 0;
-      if (f) fclose(f);
-      res->commit[n] = 0;
-      if (!is_hex(res->commit, 40))
-        return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set and %s has no valid cached ref", p);
-    }
+    if ((st = hub_cached_commit(env, o->repo, rev, res->commit, err))) return st;
     snprintf(res->snapshot, sizeof res->snapshot, "%s/snapshots/%s", rdir, res->commit);
     struct stat sb;
     if (stat(res->snapshot, &sb))
@@ -372,7 +381,7 @@ enum mtpq_status mtpq_hub_download(const struct mtpq_hub_env *env, const struct 
   if ((st = hub_list_tree(env, o->repo, res->commit, &e, &n, err))) return st;
   st = hub_fetch_listed(env, o, e, n, res, err);
   hub_free_entries(e, n);
-  if (!st && strcmp(rev, res->commit) != 0) st = write_ref(rdir, rev, res->commit, err);
+  if (!st && strcmp(rev, res->commit) != 0) st = hub_write_ref(rdir, rev, res->commit, err);
   return st;
 }
 
@@ -380,7 +389,7 @@ enum mtpq_status hub_fetch_listed(const struct mtpq_hub_env *env, const struct m
                                   const struct hub_entry *e, int n, struct mtpq_download_result *res,
                                   struct mtpq_err *err) {
   char rdir[1500];
-  repo_dir(env, o->repo, rdir, sizeof rdir);
+  hub_repo_dir(env, o->repo, rdir, sizeof rdir);
   snprintf(res->snapshot, sizeof res->snapshot, "%s/snapshots/%s", rdir, res->commit);
   enum mtpq_status st = MTPQ_OK;
   for (int i = 0; i < n && !st; i++) {

@@ -161,8 +161,8 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
   memset(res, 0, sizeof *res);
   if (!hub_valid_repo(repo)) return mtpq_err_set(err, MTPQ_E_INVAL, "'%s' is not a repo id of the form org/name", repo);
   const char *rev = revision ? revision : "main";
-  if (env->offline) return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set: cannot resolve %s@%s", repo, rev);
-  enum mtpq_status st = hub_resolve_commit(env, repo, rev, res->commit, err);
+  enum mtpq_status st = env->offline ? hub_cached_commit(env, repo, rev, res->commit, err)
+                                     : hub_resolve_commit(env, repo, rev, res->commit, err);
   if (st) return st;
   const char *sl = strchr(repo, '/');
   snprintf(res->dir, sizeof res->dir, "%s/.mtpq-partial/models--%.*s--%s/%s-%s", env->cache, (int)(sl - repo), repo,
@@ -171,6 +171,25 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
   if (stat(res->dir, &sb) == 0) {
     res->cached = 1;
     return MTPQ_OK;
+  }
+  if (!env->offline && strcmp(rev, res->commit) != 0) { /* refs/<rev> for a later offline run */
+    char rdir[1500];
+    hub_repo_dir(env, repo, rdir, sizeof rdir);
+    if ((st = hub_write_ref(rdir, rev, res->commit, err))) return st;
+  }
+  if (env->offline) { /* no partial fetch of this commit: a whole snapshot (huggingface_hub's download) serves too */
+    char rdir[1500], snap[1600], idx[1700];
+    hub_repo_dir(env, repo, rdir, sizeof rdir);
+    snprintf(snap, sizeof snap, "%s/snapshots/%s", rdir, res->commit);
+    snprintf(idx, sizeof idx, "%s/config.json", snap);
+    if (stat(idx, &sb) == 0) {
+      snprintf(res->dir, sizeof res->dir, "%s", snap);
+      res->cached = 1;
+      return MTPQ_OK;
+    }
+    return mtpq_err_set(err, MTPQ_E_NET,
+                        "HF_HUB_OFFLINE is set and neither mtpq's fetch (%s) nor a snapshot (%s) of %s@%s is cached",
+                        res->dir, snap, repo, res->commit);
   }
   struct hub_entry *e = NULL;
   int n = 0;

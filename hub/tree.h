@@ -24,4 +24,12 @@ enum mtpq_status hub_fetch_listed(const struct mtpq_hub_env *env, const struct m
 void hub_free_entries(struct hub_entry *e, int n);
 char *hub_escape_path(CURL *c, const char *path); /* percent-encoded, '/' kept; free() it */
 enum mtpq_status hub_mkdirs(const char *path, struct mtpq_err *err);
+/* Offline (HF_HUB_OFFLINE): rev as a 40-hex commit, or the commit the cache's
+ * refs/<rev> of repo names, into commit[41]; err names what is missing. */
+enum mtpq_status hub_cached_commit(const struct mtpq_hub_env *env, const char *repo, const char *rev, char *commit,
+                                   struct mtpq_err *err);
+/* rdir/refs/<rev> holding commit (what huggingface_hub writes), atomically */
+enum mtpq_status hub_write_ref(const char *rdir, const char *rev, const char *commit, struct mtpq_err *err);
+/* The cache's folder of repo: CACHE/models--ORG--NAME */
+void hub_repo_dir(const struct mtpq_hub_env *env, const char *repo, char *out, size_t cap);
 #endif

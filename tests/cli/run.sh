@@ -242,5 +242,18 @@ run bd_trunk 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$
   --trunk synthetic:qwen3-next-80b && has bd_trunk err 'need --accept-pattern'
 run bd_trunk2 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --trunk nope \
   --accept-pattern "$SCRATCH/pat.json" && has bd_trunk2 err "trunk must be synthetic:NAME"
+# a path-like TARGET that does not exist is "no such file or directory" at once, never a Hub request (the
+# endpoint below would refuse the connection, and a request would retry for seconds)
+mkdir -p "$SCRATCH/w/models"
+MTPQ_ABS=$(cd "$(dirname "$MTPQ")" && pwd)/$(basename "$MTPQ")
+for t in models/qwen3 ./qwen/x a/b/c; do
+  (cd "$SCRATCH/w" && HF_ENDPOINT=http://127.0.0.1:9 "$MTPQ_ABS" inspect "$t" >"$SCRATCH/out" 2>"$SCRATCH/err")
+  if [ $? -eq 3 ] && grep -q "$t: no such file or directory" "$SCRATCH/err"; then pass=$((pass + 1))
+  else echo "FAIL path_like $t: $(cat "$SCRATCH/err")"; fail=$((fail + 1)); fi
+done
+(cd "$SCRATCH/w" && HF_ENDPOINT=http://127.0.0.1:9 HF_HUB_ETAG_TIMEOUT=1 "$MTPQ_ABS" quantize models/qwen3 --vocab x.safetensors \
+  --out "$SCRATCH/w/o" >"$SCRATCH/out" 2>"$SCRATCH/err")
+if [ $? -eq 3 ] && grep -q "no such file or directory" "$SCRATCH/err" && [ ! -e "$SCRATCH/w/o" ]; then pass=$((pass + 1))
+else echo "FAIL path_like quantize: $(cat "$SCRATCH/err")"; fail=$((fail + 1)); fi
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -301,6 +301,28 @@ with tempfile.TemporaryDirectory() as tmp:
         fetched = [json.loads(l) for l in open(log) if json.loads(l)["server"] == "store"]
         check(p.returncode == 0 and "already fetched" in p.stderr and not fetched,
               f"second hub quantize: {p.returncode} {p.stderr} {len(fetched)} store requests")
+        # offline (HF_HUB_OFFLINE=1, and an endpoint that refuses connections): quantize org/model resolves
+        # refs/main from the cache and reads mtpq's fetch; a whole snapshot (huggingface_hub's download) serves
+        # too; with nothing cached the error names what is missing (exit 6); no request reaches the Hub
+        off = dict(env, HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
+        open(log, "w").close()
+        shutil.rmtree(remote)
+        p = subprocess.run(q + ["org/model", "--out", remote], capture_output=True, text=True, env=off)
+        check(p.returncode == 0 and os.path.exists(os.path.join(remote, "mtpq_manifest.json")),
+              f"offline hub quantize from mtpq's fetch: {p.returncode} {p.stderr}")
+        snap_cache = os.path.join(tmp, "snapcache")
+        rd = os.path.join(snap_cache, "models--org--model")
+        os.makedirs(os.path.join(rd, "refs"))
+        open(os.path.join(rd, "refs", "main"), "w").write(rev)
+        shutil.copytree(model, os.path.join(rd, "snapshots", rev))
+        p = subprocess.run([MTPQ, "inspect", "org/model"], capture_output=True, text=True,
+                           env=dict(off, HF_HUB_CACHE=snap_cache))
+        check(p.returncode == 0 and "mtp" in p.stdout, f"offline inspect from a whole snapshot: {p.returncode} {p.stderr}")
+        p = subprocess.run([MTPQ, "inspect", "org/model"], capture_output=True, text=True,
+                           env=dict(off, HF_HUB_CACHE=os.path.join(tmp, "nothing")))
+        check(p.returncode == 6 and "HF_HUB_OFFLINE" in p.stderr and "refs/main" in p.stderr,
+              f"offline, nothing cached: {p.returncode} {p.stderr}")
+        check(not any(json.loads(l)["server"] in ("hub", "store") for l in open(log)), "an offline run made a request")
         # inspect over Range: config, index and headers only; same report as a local inspect
         open(log, "w").close()
         p = subprocess.run([MTPQ, "inspect", "--json", "org/model"], capture_output=True, text=True,
