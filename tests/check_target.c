@@ -280,21 +280,16 @@ START_TEST(test_transformers_fixtures) {
 }
 END_TEST
 
-/* The live greedy loop (kernels/decode.h) is lossless: with the tiny
- * model's stock drafter and an mtpq drafter of it (FP8 linears, NVFP4
- * experts, a reduced FP8 head of every 2nd id, written here by the
- * library), at k = 1..4, speculative output equals plain greedy output
- * token for token, and every round's tokens are accounted for. */
-START_TEST(test_greedy_lossless) {
+/* The tiny model's stock drafter (drs[0]) and an mtpq drafter of it written
+ * by the library into dir (drs[1]: FP8 linears, NVFP4 experts, a reduced
+ * FP8 head of the nid ids 0, step, 2 step, ...). */
+static void tiny_drafters(const char *dir, int64_t nid, int64_t step, struct mtpq_rt_model *drs[2]) {
   struct mtpq_err err = {0};
-  struct mtpq_target *t = NULL;
-  ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
-  /* the quantized drafter */
-  char *dir = tu_scratch(), *ids = tu_path(dir, "ids.safetensors"), *qd = tu_path(dir, "q");
+  char *ids = tu_path(dir, "ids.safetensors"), *qd = tu_path(dir, "q");
   struct mtpq_st_writer *w = NULL;
-  int64_t nid = 75834, shape[1] = {75834};
+  int64_t shape[1] = {nid};
   int64_t *iv = malloc((size_t)nid * 8);
-  for (int64_t i = 0; i < nid; i++) iv[i] = 2 * i;
+  for (int64_t i = 0; i < nid; i++) iv[i] = step * i;
   ck_assert(!mtpq_stw_init(ids, &w, &err) && !mtpq_stw_add(w, "ids", MTPQ_DTYPE_I64, 1, shape, &err) &&
             !mtpq_stw_begin(w, &err) && !mtpq_stw_write_all(w, "ids", iv, (uint64_t)nid * 8, &err) &&
             !mtpq_stw_commit(w, &err));
@@ -305,9 +300,24 @@ START_TEST(test_greedy_lossless) {
   struct mtpq_plan *pl = NULL;
   ck_assert_msg(!mtpq_drafter_plan(&dp, &pl, &err) && !mtpq_drafter_write(&dp, pl, NULL, NULL, &err), "%s", err.msg);
   mtpq_plan_free(pl);
-  struct mtpq_rt_model *drs[2] = {NULL, NULL};
+  drs[0] = drs[1] = NULL;
   ck_assert_msg(mtpq_rt_model_open(models[2], NULL, &drs[0], &err) == MTPQ_OK, "%s", err.msg);
   ck_assert_msg(mtpq_rt_model_open(models[2], qd, &drs[1], &err) == MTPQ_OK, "%s", err.msg);
+  free(ids), free(qd);
+}
+
+/* The live greedy loop (kernels/decode.h) is lossless: with the tiny
+ * model's stock drafter and an mtpq drafter of it (FP8 linears, NVFP4
+ * experts, a reduced FP8 head of every 2nd id, written here by the
+ * library), at k = 1..4, speculative output equals plain greedy output
+ * token for token, and every round's tokens are accounted for. */
+START_TEST(test_greedy_lossless) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
+  char *dir = tu_scratch();
+  struct mtpq_rt_model *drs[2];
+  tiny_drafters(dir, 75834, 2, drs);
   struct mtpq_traces *tr = NULL;
   ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
   enum { P = 40, NEW = 24 };
@@ -368,7 +378,7 @@ START_TEST(test_greedy_lossless) {
   mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
   mtpq_target_close(t);
   tu_rmtree(dir);
-  free(ids), free(qd), free(dir);
+  free(dir);
 }
 END_TEST
 
@@ -380,24 +390,9 @@ START_TEST(test_greedy_batch) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
   ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
-  char *dir = tu_scratch(), *ids = tu_path(dir, "ids.safetensors"), *qd = tu_path(dir, "q");
-  struct mtpq_st_writer *w = NULL;
-  int64_t nid = 50000, shape[1] = {50000};
-  int64_t *iv = malloc((size_t)nid * 8);
-  for (int64_t i = 0; i < nid; i++) iv[i] = 3 * i;
-  ck_assert(!mtpq_stw_init(ids, &w, &err) && !mtpq_stw_add(w, "ids", MTPQ_DTYPE_I64, 1, shape, &err) &&
-            !mtpq_stw_begin(w, &err) && !mtpq_stw_write_all(w, "ids", iv, (uint64_t)nid * 8, &err) &&
-            !mtpq_stw_commit(w, &err));
-  mtpq_stw_free(w);
-  free(iv);
-  struct mtpq_drafter_params dp = mtpq_drafter_default_params();
-  dp.target = models[2], dp.vocab_ids = ids, dp.out = qd, dp.expert_input_scale = 0.1667;
-  struct mtpq_plan *pl = NULL;
-  ck_assert_msg(!mtpq_drafter_plan(&dp, &pl, &err) && !mtpq_drafter_write(&dp, pl, NULL, NULL, &err), "%s", err.msg);
-  mtpq_plan_free(pl);
-  struct mtpq_rt_model *drs[2] = {NULL, NULL};
-  ck_assert_msg(mtpq_rt_model_open(models[2], NULL, &drs[0], &err) == MTPQ_OK, "%s", err.msg);
-  ck_assert_msg(mtpq_rt_model_open(models[2], qd, &drs[1], &err) == MTPQ_OK, "%s", err.msg);
+  char *dir = tu_scratch();
+  struct mtpq_rt_model *drs[2];
+  tiny_drafters(dir, 50000, 3, drs);
   struct mtpq_traces *tr = NULL;
   ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
   enum { B = 4, NEW = 20, PMAX = 48 };
@@ -448,7 +443,7 @@ START_TEST(test_greedy_batch) {
   mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
   mtpq_target_close(t);
   tu_rmtree(dir);
-  free(ids), free(qd), free(dir);
+  free(dir);
 }
 END_TEST
 
