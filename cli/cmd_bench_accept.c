@@ -1,6 +1,7 @@
 /* mtpq bench-acceptance: replay recorded greedy target traces through the
  * stock and quantized drafters; per-position acceptance side by side. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,31 @@ const struct cli_opt bench_accept_opts[] = {
 struct result {
   const char *path; /* NULL: stock */
   struct mtpq_accept_report r;
+  int32_t *fd, *truth; /* first drafts, teacher-forced (mtpq_first_drafts), and the target's tokens */
+  size_t nfd;
 };
 
+/* A drafter's first drafts paired with stock's at the same positions: its
+ * accuracy, how often it drafts what stock drafts, and the difference of
+ * the accuracies with a 95% interval for paired proportions (only the
+ * positions where exactly one of the two is right carry information). */
+struct paired {
+  double acc, agree, diff, ci;
+};
+static struct paired pair_first(const struct result *stock, const struct result *q) {
+  struct paired p = {0, 0, 0, 0};
+  const size_t n = q->nfd < stock->nfd ? q->nfd : stock->nfd;
+  if (!n) return p;
+  size_t right = 0, same = 0, b = 0, c = 0; /* b: stock right, q wrong; c: q right, stock wrong */
+  for (size_t i = 0; i < n; i++) {
+    const int rs = stock->fd[i] == stock->truth[i], rq = q->fd[i] == q->truth[i];
+    right += rq, same += q->fd[i] == stock->fd[i], b += rs && !rq, c += rq && !rs;
+  }
+  const double N = (double)n, d = ((double)c - (double)b) / N;
+  p.acc = (double)right / N, p.agree = (double)same / N, p.diff = d;
+  p.ci = 1.96 * sqrt(fmax(0.0, ((double)b + (double)c) / N - d * d) / N);
+  return p;
+}
 
 static cJSON *stats_json(const struct mtpq_accept_stats *s) {
   cJSON *o = cJSON_CreateObject();
@@ -145,11 +169,15 @@ int cmd_bench_accept(int argc, char **argv) {
     struct mtpq_rt_model *dr = NULL;
     st = mtpq_rt_model_open(target, r->path, &dr, &err);
     if (!st) st = mtpq_replay_traces(dr, be, tf, P, k, window, &r->r, &err);
+    if (!st && nr > 1) st = mtpq_first_drafts(dr, be, tf, P, &r->fd, &r->truth, &r->nfd, &err); /* (pairs) */
     if (st) rc = cli_fail(st, &err);
     mtpq_rt_model_close(dr);
   }
   mtpq_traces_close(tf);
   if (made[0]) unlink(made);
+  struct paired pr[MAX_DRAFTERS];
+  for (int d = 0; d < nr && !rc; d++) pr[d] = pair_first(&res[0], &res[d]);
+  for (int d = 0; d < nr; d++) free(res[d].fd), free(res[d].truth);
   if (rc) return rc;
   const char *plot = cli_str(bench_accept_opts, &a, "plot");
   if (plot) {
@@ -183,6 +211,14 @@ int cmd_bench_accept(int argc, char **argv) {
       for (int i = 0; i < res[d].r.ndom; i++)
         cJSON_AddItemToObject(doms, res[d].r.dom[i], stats_json(&res[d].r.st[i]));
       cJSON_AddItemToObject(x, "all", stats_json(&res[d].r.all));
+      cJSON *fj = nr > 1 ? cJSON_AddObjectToObject(x, "first_draft") : NULL;
+      if (fj) cJSON_AddNumberToObject(fj, "positions", (double)res[d].nfd);
+      if (fj) cJSON_AddNumberToObject(fj, "accuracy", pr[d].acc);
+      if (fj && d) {
+        cJSON_AddNumberToObject(fj, "agreement_with_stock", pr[d].agree);
+        cJSON_AddNumberToObject(fj, "accuracy_diff_vs_stock", pr[d].diff);
+        cJSON_AddNumberToObject(fj, "accuracy_diff_ci95", pr[d].ci);
+      }
       cJSON_AddItemToArray(arr, x);
     }
     char *t = cJSON_Print(o);
@@ -224,6 +260,15 @@ int cmd_bench_accept(int argc, char **argv) {
       }
     }
   }
+  if (nr > 1) {
+    printf("first drafts, teacher-forced at each of %zu positions (the draft each round starts with, run over the "
+           "target's own tokens and hidden states), paired with stock's at the same positions:\n",
+           res[0].nfd);
+    printf("  %-34s right %.4f\n", "stock (target mtp.*)", pr[0].acc);
+  }
+  for (int d = 1; d < nr; d++)
+    printf("  %-34.34s right %.4f, the same draft as stock %.4f, accuracy vs stock %+.4f +- %.4f (95%%, paired)\n",
+           res[d].path, pr[d].acc, pr[d].agree, pr[d].diff, pr[d].ci);
   printf("MAL = mean acceptance length (1 + accepted / drafts); cond = P(draft i accepted | drafts before it "
          "accepted); pos = accepted at position i / drafts (vLLM's per-position rate)\n");
   printf("step us = drafter wall time per drafted token (the head on the catch-up output, then steps 2..k in one "

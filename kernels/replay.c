@@ -149,3 +149,55 @@ enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *x, con
   free(out), free(tok), free(pos), free(prev);
   return rc;
 }
+
+enum mtpq_status mtpq_first_drafts(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
+                                   int64_t P, int32_t **drafts, int32_t **truth, size_t *count, struct mtpq_err *err) {
+  *drafts = *truth = NULL, *count = 0;
+  enum mtpq_status st = mtpq_traces_check(t, mtpq_rt_model_hidden(m), mtpq_rt_model_vocab(m), err);
+  int64_t Pf = 192;
+  if (!st && P <= 0) st = mtpq_traces_meta_int(t, "prompt_len", 1, INT64_MAX, 192, &Pf, err);
+  size_t cap = 0;
+  for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
+    const struct mtpq_trace *x = mtpq_traces_at(t, i);
+    const int64_t Pi = P > 0 ? P : x->prompt_len > 0 ? x->prompt_len : Pf;
+    if (Pi < 1 || Pi >= x->n - 1) continue; /* no position to draft */
+    cap += (size_t)(x->n - 1 - Pi);
+  }
+  int32_t *d = st ? NULL : malloc((cap ? cap : 1) * sizeof *d), *y = st ? NULL : malloc((cap ? cap : 1) * sizeof *y);
+  if (!st && (!d || !y)) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  const int64_t H = mtpq_rt_model_hidden(m);
+  enum { CHUNK = 256 };
+  float *out = st ? NULL : malloc((size_t)CHUNK * (size_t)H * sizeof *out);
+  int32_t tok[CHUNK];
+  int64_t pos[CHUNK];
+  if (!st && !out) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
+    const struct mtpq_trace *x = mtpq_traces_at(t, i);
+    const int64_t Pi = P > 0 ? P : x->prompt_len > 0 ? x->prompt_len : Pf;
+    if (Pi < 1 || Pi >= x->n - 1) continue;
+    struct mtpq_session *s = NULL;
+    st = mtpq_session_open(m, be, x->n, 0, &s, err);
+    /* slots 0 .. n - 3 in chunks; the head on those from P - 1 on */
+    for (int64_t s0 = 0; !st && s0 < x->n - 2; s0 += CHUNK) {
+      const int nb = (int)(x->n - 2 - s0 < CHUNK ? x->n - 2 - s0 : CHUNK);
+      for (int j = 0; j < nb; j++) memcpy(&tok[j], &x->tokens[s0 + j + 1], sizeof *tok), pos[j] = s0 + j;
+      st = mtpq_session_step(s, nb, tok, (const unsigned char *)x->hidden_bf16 + (size_t)s0 * (size_t)H * 2, 1, pos,
+                             out, err);
+      for (int j = 0; !st && j < nb; j++) {
+        const int64_t slot = s0 + j;
+        if (slot < Pi - 1) continue;
+        mtpq_session_head(s, out + (size_t)j * (size_t)H, &d[k], NULL);
+        memcpy(&y[k], &x->tokens[slot + 2], sizeof *y), k++;
+      }
+    }
+    mtpq_session_close(s);
+  }
+  free(out);
+  if (st) {
+    free(d), free(y);
+    return st;
+  }
+  *drafts = d, *truth = y, *count = k;
+  return MTPQ_OK;
+}

@@ -86,4 +86,16 @@ enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend b
                                     int64_t prompt_len, int k, int window, struct mtpq_accept_report *r,
                                     struct mtpq_err *err);
 
+/* The drafter's first draft at every position of every trace, teacher
+ * forced: for each committed length c in [P, n - 1) the draft the replay's
+ * round at c starts with (the head on the drafter's output of slot c - 1,
+ * every slot run with the target's own hidden state and token), its guess of
+ * x[c + 1]. Traces in file order, prompt lengths as mtpq_replay_traces takes
+ * them; *drafts and *truth (x[c + 1]) get *count entries each (free()).
+ * Compared between two drafters position by position, these are paired
+ * samples: far more sensitive to a quantization change than acceptance. */
+enum mtpq_status mtpq_first_drafts(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
+                                   int64_t prompt_len, int32_t **drafts, int32_t **truth, size_t *count,
+                                   struct mtpq_err *err);
+
 #endif

@@ -70,6 +70,14 @@ with tempfile.TemporaryDirectory() as tmp:
               f"{dom}: fields")
         print(f"{dom}: stock MAL {rep['drafters'][0]['domains'][dom]['mean_acceptance_length']:.4f}, "
               f"quantized {x['mean_acceptance_length']:.4f}")
+    # first drafts, teacher-forced at every position (24 traces x 95 positions), paired with stock's
+    f0, f1 = rep["drafters"][0]["first_draft"], rep["drafters"][1]["first_draft"]
+    check(f0["positions"] == f1["positions"] == 24 * 95, f"first-draft positions {f0['positions']} {f1['positions']}")
+    check(0 < f0["accuracy"] <= 1 and 0 < f1["accuracy"] <= 1 and 0.5 < f1["agreement_with_stock"] <= 1 and
+          abs(f1["accuracy"] - f0["accuracy"] - f1["accuracy_diff_vs_stock"]) < 1e-12 and f1["accuracy_diff_ci95"] > 0,
+          f"first drafts: {f0} {f1}")
+    print(f"first drafts: stock right {f0['accuracy']:.4f}, quantized {f1['accuracy']:.4f}, same draft "
+          f"{f1['agreement_with_stock']:.4f}, difference {f1['accuracy_diff_vs_stock']:+.4f} +- {f1['accuracy_diff_ci95']:.4f}")
     for dr in rep["drafters"]:  # drafter timing: present, positive, consistent (values are not judged)
         a = dr["all"]
         check(all(a[f] > 0 and a[f] < 1e9 for f in ("draft_step_us", "catchup_us", "round_us", "draft_tokens_per_s")),
@@ -77,9 +85,14 @@ with tempfile.TemporaryDirectory() as tmp:
         check(a["round_us"] >= a["draft_step_us"], f"{dr['kind']}: a round takes at least one draft step")
         check(a["draft_tokens_per_s"] <= 1e6 / a["draft_step_us"] * (1 + 1e-9),
               f"{dr['kind']}: tokens/s counts the catch-up time too")
+    # (text output; stock against itself as the drafter: every first draft the same, no difference, an interval
+    # of zero width)
     p = run("bench-acceptance", "--target", os.path.join(T, "model"), "--traces", os.path.join(T, "traces.safetensors"),
-            "--drafter", q, "-k", "2")  # (text output)
+            "--drafter", os.path.join(T, "model"), "-k", "2")
     lines = p.stdout.splitlines()
+    same = [l for l in lines if "the same draft as stock" in l]
+    check(len(same) == 1 and "right %.4f, the same draft as stock 1.0000, accuracy vs stock +0.0000 +- 0.0000" %
+          f0["accuracy"] in same[0], f"stock vs stock first drafts: {same}")
     check(p.returncode == 0 and "step us" in lines[1] and "tok/s" in lines[1], "timing columns")
     diff = [l for l in lines if "difference vs stock" in l]
     check(diff and diff[-1].rstrip().endswith("x"), f"speedup column: {diff[-1:]}")
