@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
-DEBS="build-essential cmake pkg-config libcjson-dev libzstd-dev libcurl4-openssl-dev libssl-dev check python3 python3-pip clang-format"
+DEBS="build-essential cmake pkg-config libcjson-dev libzstd-dev libcurl4-openssl-dev libssl-dev check python3 python3-pip clang-format clang zstd"
 missing=""
 for p in $DEBS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
