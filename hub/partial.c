@@ -178,11 +178,11 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
     if ((st = hub_write_ref(rdir, rev, res->commit, err))) return st;
   }
   if (env->offline) { /* no partial fetch of this commit: a whole snapshot (huggingface_hub's download) serves too */
-    char rdir[1500], snap[1600], idx[1700];
+    char rdir[1500], snap[1600], cfg[1700];
     hub_repo_dir(env, repo, rdir, sizeof rdir);
     snprintf(snap, sizeof snap, "%s/snapshots/%s", rdir, res->commit);
-    snprintf(idx, sizeof idx, "%s/config.json", snap);
-    if (stat(idx, &sb) == 0) {
+    snprintf(cfg, sizeof cfg, "%s/config.json", snap);
+    if (stat(cfg, &sb) == 0) {
       snprintf(res->dir, sizeof res->dir, "%s", snap);
       res->cached = 1;
       return MTPQ_OK;

@@ -61,11 +61,31 @@ struct gseq {
   struct mtpq_target_seq *s;
   int32_t *x;         /* the caller's output: prompt, then the tokens */
   float *h, *out;     /* the target's hidden states (BF16-rounded), the drafter's catch-up outputs */
-  int32_t *tok, d0;   /* catch-up tokens; the first draft of the round */
+  int32_t *tok;       /* catch-up tokens */
   int64_t *pos;       /* catch-up positions */
   int64_t N, c, from; /* length when done, tokens committed, the drafter's next slot */
   struct mtpq_accept_stats acc;
 };
+
+/* The drafter fits the target and the backend: k in 1..7 on CUDA (a verify
+ * of k + 1 <= 8 tokens), 1..MTPQ_MAX_K on the CPU; the target's hidden size
+ * (and, when vocab is set, its vocabulary: the sampled loop compares full
+ * distributions). No drafter: nothing to check. */
+static enum mtpq_status check_drafter(const struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                      int k, int vocab, struct mtpq_err *err) {
+  if (!drafter) return MTPQ_OK;
+  const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
+  if (k < 1 || k > kmax)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d (the %s backend)", k, kmax,
+                        be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU");
+  if (mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t) ||
+      (vocab && mtpq_rt_model_vocab(drafter) != mtpq_target_vocab(t)))
+    return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH,
+                        "the drafter (hidden %lld, vocabulary %lld) does not fit the target (%lld, %lld)",
+                        (long long)mtpq_rt_model_hidden(drafter), (long long)mtpq_rt_model_vocab(drafter),
+                        (long long)mtpq_target_hidden(t), (long long)mtpq_target_vocab(t));
+  return MTPQ_OK;
+}
 
 enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                           int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
@@ -81,19 +101,13 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   if (c0 < 0 || (bench && bench->pattern && bench->npattern < 1))
     return mtpq_err_set(err, MTPQ_E_INVAL, "a benchmark context of %lld, an acceptance pattern of %lld rounds",
                         (long long)c0, (long long)(bench ? bench->npattern : 0));
-  const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
-  if (drafter && (k < 1 || k > kmax))
-    return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d (the %s backend)", k, kmax,
-                        be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU");
-  if (drafter && mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t))
-    return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "the drafter's hidden size %lld is not the target's %lld",
-                        (long long)mtpq_rt_model_hidden(drafter), (long long)mtpq_target_hidden(t));
+  enum mtpq_status rc = check_drafter(t, drafter, be, k, 0, err);
+  if (rc) return rc;
   enum { CHUNK = 8 }; /* prompt tokens a forward */
   const int64_t H = mtpq_target_hidden(t);
   struct gseq q[MTPQ_MAX_SEQS];
   memset(q, 0, sizeof q);
   int64_t most = 0;
-  enum mtpq_status rc = MTPQ_OK;
   for (int b = 0; b < B && !rc; b++) {
     struct gseq *g = &q[b];
     g->N = P[b] + n_new, g->c = P[b], g->x = outs[b], g->acc.k = k;
@@ -206,17 +220,8 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
   if (!(sp->temperature > 0) || !(sp->top_p > 0 && sp->top_p <= 1) || sp->top_k < 0)
     return mtpq_err_set(err, MTPQ_E_INVAL, "sampling with temperature %g, top-p %g, top-k %d", sp->temperature,
                         sp->top_p, sp->top_k);
-  const int kmax = be == MTPQ_BACKEND_CUDA ? 7 : MTPQ_MAX_K;
-  if (drafter && (k < 1 || k > kmax))
-    return mtpq_err_set(err, MTPQ_E_INVAL, "k = %d outside 1..%d (the %s backend)", k, kmax,
-                        be == MTPQ_BACKEND_CUDA ? "CUDA" : "CPU");
-  if (drafter &&
-      (mtpq_rt_model_hidden(drafter) != mtpq_target_hidden(t) || mtpq_rt_model_vocab(drafter) != mtpq_target_vocab(t)))
-    return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH,
-                        "the drafter (hidden %lld, vocabulary %lld) does not fit the "
-                        "target (%lld, %lld)",
-                        (long long)mtpq_rt_model_hidden(drafter), (long long)mtpq_rt_model_vocab(drafter),
-                        (long long)mtpq_target_hidden(t), (long long)mtpq_target_vocab(t));
+  enum mtpq_status rc = check_drafter(t, drafter, be, k, 1, err);
+  if (rc) return rc;
   enum { CHUNK = 8 };
   const int64_t N = P + n_new, H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), K1 = drafter ? k + 1 : 1;
   struct mtpq_accept_stats acc = {0};
@@ -233,9 +238,8 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
   uint64_t *keys = malloc((size_t)V * sizeof *keys);
   int32_t *tok = malloc((size_t)N * sizeof *tok);
   int64_t *pos = malloc((size_t)N * sizeof *pos);
-  enum mtpq_status rc = !h || !out || !lg || !pp || !qq || !dh || !keys || !tok || !pos
-                            ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory")
-                            : MTPQ_OK;
+  if (!h || !out || !lg || !pp || !qq || !dh || !keys || !tok || !pos)
+    rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   if (!rc) rc = mtpq_target_seq_open(t, be, N, K1 > CHUNK ? (int)K1 : CHUNK, &s, err);
   if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
   const double start = mtpq__now();

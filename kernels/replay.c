@@ -63,17 +63,32 @@ double mtpq_accept_tokens_per_s(const struct mtpq_accept_stats *s) {
   return s->draft_s + s->catchup_s > 0 ? (double)s->draft_tokens / (s->draft_s + s->catchup_s) : 0.0;
 }
 
+/* The traces against the model (mtpq_traces_check), and the prompt length
+ * of traces that carry none: the file's prompt_len, else 192 (only read
+ * when the caller gives no P > 0). */
+static enum mtpq_status traces_begin(struct mtpq_rt_model *m, const struct mtpq_traces *t, int64_t P, int64_t *file_P,
+                                     struct mtpq_err *err) {
+  *file_P = 192;
+  enum mtpq_status st = mtpq_traces_check(t, mtpq_rt_model_hidden(m), mtpq_rt_model_vocab(m), err);
+  if (!st && P <= 0) st = mtpq_traces_meta_int(t, "prompt_len", 1, INT64_MAX, 192, file_P, err);
+  return st;
+}
+
+/* trace x's prompt length: P when > 0, else its own prompt_len.NAME, else the file's */
+static int64_t trace_prompt(int64_t P, const struct mtpq_trace *x, int64_t file_P) {
+  return P > 0 ? P : x->prompt_len > 0 ? x->prompt_len : file_P;
+}
+
 enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
                                     int64_t P, int k, int window, struct mtpq_accept_report *r,
                                     struct mtpq_err *err) {
   memset(r, 0, sizeof *r);
   r->all.k = k;
-  enum mtpq_status st = mtpq_traces_check(t, mtpq_rt_model_hidden(m), mtpq_rt_model_vocab(m), err);
-  int64_t Pf = 192;
-  if (!st && P <= 0) st = mtpq_traces_meta_int(t, "prompt_len", 1, INT64_MAX, 192, &Pf, err);
+  int64_t Pf;
+  enum mtpq_status st = traces_begin(m, t, P, &Pf, err);
   for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
     const struct mtpq_trace *x = mtpq_traces_at(t, i);
-    const int64_t Pi = P > 0 ? P : x->prompt_len > 0 ? x->prompt_len : Pf;
+    const int64_t Pi = trace_prompt(P, x, Pf);
     int di = 0;
     while (di < r->ndom && strcmp(r->dom[di], x->domain) != 0) di++;
     if (di == r->ndom) {
@@ -153,13 +168,12 @@ enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *x, con
 enum mtpq_status mtpq_first_drafts(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
                                    int64_t P, int32_t **drafts, int32_t **truth, size_t *count, struct mtpq_err *err) {
   *drafts = *truth = NULL, *count = 0;
-  enum mtpq_status st = mtpq_traces_check(t, mtpq_rt_model_hidden(m), mtpq_rt_model_vocab(m), err);
-  int64_t Pf = 192;
-  if (!st && P <= 0) st = mtpq_traces_meta_int(t, "prompt_len", 1, INT64_MAX, 192, &Pf, err);
+  int64_t Pf;
+  enum mtpq_status st = traces_begin(m, t, P, &Pf, err);
   size_t cap = 0;
   for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
     const struct mtpq_trace *x = mtpq_traces_at(t, i);
-    const int64_t Pi = P > 0 ? P : x->prompt_len > 0 ? x->prompt_len : Pf;
+    const int64_t Pi = trace_prompt(P, x, Pf);
     if (Pi < 1 || Pi >= x->n - 1) continue; /* no position to draft */
     cap += (size_t)(x->n - 1 - Pi);
   }
@@ -174,7 +188,7 @@ enum mtpq_status mtpq_first_drafts(struct mtpq_rt_model *m, enum mtpq_backend be
   size_t k = 0;
   for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
     const struct mtpq_trace *x = mtpq_traces_at(t, i);
-    const int64_t Pi = P > 0 ? P : x->prompt_len > 0 ? x->prompt_len : Pf;
+    const int64_t Pi = trace_prompt(P, x, Pf);
     if (Pi < 1 || Pi >= x->n - 1) continue;
     struct mtpq_session *s = NULL;
     st = mtpq_session_open(m, be, x->n, 0, &s, err);
