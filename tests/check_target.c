@@ -497,7 +497,7 @@ int main(void) {
   tcase_add_test(tc, test_synthetic);
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);
-  tcase_set_timeout(tc, 300);
+  tcase_set_timeout(tc, 900); /* (each decode test: minutes under ASan + UBSan) */
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
