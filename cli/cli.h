@@ -101,12 +101,20 @@ extern const struct cli_opt bench_target_opts[];
 extern const struct cli_opt bench_decode_opts[];
 int cmd_bench_decode(int argc, char **argv);
 int cmd_bench_target(int argc, char **argv);
-/* cli/plot.c: the per-position acceptance plot (SVG, written whole and
- * renamed into place; 0 or -1); whether the directory of path is writable
- * (checked before the work a plot ends) */
-struct mtpq_accept_stats;
-int cli_acceptance_svg(const char *path, const char *title, const char *const *names,
-                       const struct mtpq_accept_stats *const *st, int n, int k);
+/* cli/plot.c: the acceptance plot (SVG, written whole and renamed into
+ * place; 0 or -1): each series' per-position acceptance with its 95%
+ * bootstrap intervals and, with more than one series, each one's MAL
+ * difference to series 0 (stock) over all units and per domain, with paired
+ * intervals; whether the directory of path is writable (checked before the
+ * work a plot ends) */
+struct mtpq_accept_ci;
+struct cli_plot_series {
+  const char *name;
+  const struct mtpq_accept_ci *all; /* over every unit; paired with series 0 (not for series 0 itself) */
+  const struct mtpq_accept_ci *dom; /* ndom entries, paired with series 0 (NULL for series 0) */
+};
+int cli_acceptance_svg(const char *path, const char *title, const char *unit, const struct cli_plot_series *s, int n,
+                       int k, const char *const *doms, int ndom);
 int cli_plot_dir_ok(const char *path);
 /* --backend auto|cpu|cuda (cli/cmd_bench_step.c); 0 or an exit code. */
 int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be);

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "kernels/accept_ci.h"
 #include "kernels/replay.h"
 #include "kernels/runtime.h"
 #include "kernels/record.h"
 #include "kernels/target.h"
 #include "kernels/traces.h"
+#include "quant/card.h"
 
 const struct cli_opt bench_accept_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
@@ -64,7 +66,43 @@ static struct paired pair_first(const struct result *stock, const struct result 
   return p;
 }
 
-static cJSON *stats_json(const struct mtpq_accept_stats *s) {
+static cJSON *pair_json(const double v[2]) {
+  cJSON *a = cJSON_CreateArray();
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[0]));
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[1]));
+  return a;
+}
+
+/* the intervals of a drafter's metrics and, paired, of its difference to stock */
+static void ci_json(cJSON *o, const struct mtpq_accept_ci *c) {
+  cJSON_AddItemToObject(o, "mal_ci95", pair_json(c->mal_ci));
+  cJSON *p = cJSON_AddArrayToObject(o, "per_position_ci95");
+  for (int i = 0; i < c->k; i++) cJSON_AddItemToArray(p, pair_json(c->perpos_ci[i]));
+  if (!c->paired) return;
+  cJSON *v = cJSON_AddObjectToObject(o, "vs_stock");
+  cJSON_AddNumberToObject(v, "mal_diff", c->dmal);
+  cJSON_AddItemToObject(v, "mal_diff_ci95", pair_json(c->dmal_ci));
+  cJSON *d = cJSON_AddArrayToObject(v, "per_position_diff"), *dc = cJSON_AddArrayToObject(v, "per_position_diff_ci95");
+  for (int i = 0; i < c->k; i++) {
+    cJSON_AddItemToArray(d, cJSON_CreateNumber(c->dperpos[i]));
+    cJSON_AddItemToArray(dc, pair_json(c->dperpos_ci[i]));
+  }
+}
+
+/* a row of intervals under a drafter's row (diff: of its difference to stock) */
+static void print_ci_row(const struct mtpq_accept_ci *c, int diff) {
+  printf("%-16s %-34s %7s", "", diff ? "    95% (paired)" : "  95% interval", "");
+  if (diff) {
+    printf(" [%+.3f, %+.3f]", c->dmal_ci[0], c->dmal_ci[1]);
+    for (int i = 0; i < c->k; i++) printf(" pos%d [%+.3f, %+.3f]", i + 1, c->dperpos_ci[i][0], c->dperpos_ci[i][1]);
+  } else {
+    printf(" [%.3f, %.3f]", c->mal_ci[0], c->mal_ci[1]);
+    for (int i = 0; i < c->k; i++) printf(" pos%d [%.3f, %.3f]", i + 1, c->perpos_ci[i][0], c->perpos_ci[i][1]);
+  }
+  printf("\n");
+}
+
+static cJSON *stats_json(const struct mtpq_accept_stats *s, const struct mtpq_accept_ci *ci) {
   cJSON *o = cJSON_CreateObject();
   cJSON *c = cJSON_AddArrayToObject(o, "conditional"), *p = cJSON_AddArrayToObject(o, "per_position");
   for (int i = 0; i < s->k; i++) {
@@ -78,6 +116,8 @@ static cJSON *stats_json(const struct mtpq_accept_stats *s) {
   cJSON_AddNumberToObject(o, "catchup_us", mtpq_accept_catchup_us(s));
   cJSON_AddNumberToObject(o, "round_us", mtpq_accept_round_us(s));
   cJSON_AddNumberToObject(o, "draft_tokens_per_s", mtpq_accept_tokens_per_s(s));
+  cJSON_AddNumberToObject(o, "traces", (double)ci->units);
+  ci_json(o, ci);
   return o;
 }
 
@@ -177,18 +217,36 @@ int cmd_bench_accept(int argc, char **argv) {
   if (made[0]) unlink(made);
   struct paired pr[MAX_DRAFTERS];
   for (int d = 0; d < nr && !rc; d++) pr[d] = pair_first(&res[0], &res[d]);
-  for (int d = 0; d < nr; d++) free(res[d].fd), free(res[d].truth);
+  /* intervals over traces; a drafter's differences paired with stock's on the same traces */
+  static struct mtpq_accept_ci ci_all[MAX_DRAFTERS], ci_dom[MAX_DRAFTERS][MTPQ_MAX_DOMAINS];
+  const int ndom = res[0].r.ndom;
+  int *sel = rc ? NULL : malloc((res[0].r.ntr ? res[0].r.ntr : 1) * sizeof *sel);
+  if (!rc && !sel) rc = cli_fail(mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory"), &err);
+  for (int d = 0; d < nr && !rc; d++) {
+    const struct mtpq_accept_stats *b = d ? res[0].r.tr : NULL;
+    st = mtpq_accept_bootstrap(res[d].r.tr, b, NULL, res[d].r.ntr, 0, &ci_all[d], &err);
+    for (int j = 0; j < ndom && !st; j++) {
+      size_t m = 0;
+      for (size_t i = 0; i < res[0].r.ntr; i++)
+        if (res[0].r.tr_dom[i] == j) sel[m++] = (int)i;
+      st = mtpq_accept_bootstrap(res[d].r.tr, b, sel, m, 0, &ci_dom[d][j], &err);
+    }
+    if (st) rc = cli_fail(st, &err);
+  }
+  free(sel);
+  for (int d = 0; d < nr; d++) free(res[d].fd), free(res[d].truth), mtpq_accept_report_free(&res[d].r);
   if (rc) return rc;
   const char *plot = cli_str(bench_accept_opts, &a, "plot");
   if (plot) {
-    const char *names[MAX_DRAFTERS];
-    const struct mtpq_accept_stats *sts[MAX_DRAFTERS];
+    struct cli_plot_series ps[MAX_DRAFTERS];
+    const char *doms[MTPQ_MAX_DOMAINS];
+    for (int j = 0; j < ndom; j++) doms[j] = res[0].r.dom[j];
     for (int d = 0; d < nr; d++) {
       const char *nm = res[d].path ? strrchr(res[d].path, '/') : NULL;
-      names[d] = res[d].path ? (nm && nm[1] ? nm + 1 : res[d].path) : "stock (target mtp.*)";
-      sts[d] = &res[d].r.all;
+      ps[d].name = res[d].path ? (nm && nm[1] ? nm + 1 : res[d].path) : "stock (target mtp.*)";
+      ps[d].all = &ci_all[d], ps[d].dom = d ? ci_dom[d] : NULL;
     }
-    if (cli_acceptance_svg(plot, "Per-position acceptance, all traces (greedy replay)", names, sts, nr, k) != 0) {
+    if (cli_acceptance_svg(plot, "Acceptance, greedy replay of the traces", "traces", ps, nr, k, doms, ndom) != 0) {
       cli_error("%s: cannot write the plot", plot);
       return MTPQ_EXIT_IO;
     }
@@ -202,15 +260,21 @@ int cmd_bench_accept(int argc, char **argv) {
       cJSON_AddStringToObject(o, "prompt_len", "per trace");
     cJSON_AddStringToObject(o, "traces", traces);
     cJSON_AddStringToObject(o, "backend", be == MTPQ_BACKEND_CUDA ? "cuda" : "cpu");
+    cJSON_AddStringToObject(o, "intervals",
+                            "95%, percentile bootstrap over traces (2000 resamples; differences to stock "
+                            "paired: the same traces resampled for both)");
     cJSON *arr = cJSON_AddArrayToObject(o, "drafters");
     for (int d = 0; d < nr; d++) {
       cJSON *x = cJSON_CreateObject();
       cJSON_AddStringToObject(x, "path", res[d].path ? res[d].path : target);
       cJSON_AddStringToObject(x, "kind", res[d].path ? "drafter" : "stock");
+      struct mtpq_err derr = {0}; /* the weights measured, for quantize --acceptance (from the repo's manifest) */
+      cJSON *wd = res[d].path ? mtpq_drafter_digests(res[d].path, 1, &derr) : NULL;
+      if (wd) cJSON_AddItemToObject(x, "weights_sha256", wd);
       cJSON *doms = cJSON_AddObjectToObject(x, "domains");
       for (int i = 0; i < res[d].r.ndom; i++)
-        cJSON_AddItemToObject(doms, res[d].r.dom[i], stats_json(&res[d].r.st[i]));
-      cJSON_AddItemToObject(x, "all", stats_json(&res[d].r.all));
+        cJSON_AddItemToObject(doms, res[d].r.dom[i], stats_json(&res[d].r.st[i], &ci_dom[d][i]));
+      cJSON_AddItemToObject(x, "all", stats_json(&res[d].r.all, &ci_all[d]));
       cJSON *fj = nr > 1 ? cJSON_AddObjectToObject(x, "first_draft") : NULL;
       if (fj) cJSON_AddNumberToObject(fj, "positions", (double)res[d].nfd);
       if (fj) cJSON_AddNumberToObject(fj, "accuracy", pr[d].acc);
@@ -249,6 +313,8 @@ int cmd_bench_accept(int argc, char **argv) {
       for (int i = 0; i < k; i++) printf("  %7.4f", mtpq_accept_cond(s, i));
       for (int i = 0; i < k; i++) printf("  %7.4f", mtpq_accept_perpos(s, i));
       printf(" %9.1f %9.1f %9.0f\n", mtpq_accept_step_us(s), mtpq_accept_round_us(s), mtpq_accept_tokens_per_s(s));
+      const struct mtpq_accept_ci *ci = all ? &ci_all[d] : &ci_dom[d][di];
+      print_ci_row(ci, 0);
       if (d) {
         printf("%-16s %-34s %7s %+7.4f", "", "  difference vs stock", "", mtpq_accept_mal(s) - mtpq_accept_mal(base));
         for (int i = 0; i < k; i++) printf("  %+7.4f", mtpq_accept_cond(s, i) - mtpq_accept_cond(base, i));
@@ -257,6 +323,7 @@ int cmd_bench_accept(int argc, char **argv) {
           printf(" %8.2fx %8.2fx\n", mtpq_accept_step_us(base) / mtpq_accept_step_us(s), mtpq_accept_round_us(base) / mtpq_accept_round_us(s));
         else
           printf("\n");
+        print_ci_row(ci, 1);
       }
     }
   }
@@ -269,6 +336,9 @@ int cmd_bench_accept(int argc, char **argv) {
   for (int d = 1; d < nr; d++)
     printf("  %-34.34s right %.4f, the same draft as stock %.4f, accuracy vs stock %+.4f +- %.4f (95%%, paired)\n",
            res[d].path, pr[d].acc, pr[d].agree, pr[d].diff, pr[d].ci);
+  printf("95%% intervals: percentile bootstrap over the traces (%zu in all), %d resamples; a difference's interval "
+         "resamples the same traces for both drafters (paired)\n",
+         ci_all[0].units, MTPQ_BOOTSTRAP_ITERS);
   printf("MAL = mean acceptance length (1 + accepted / drafts); cond = P(draft i accepted | drafts before it "
          "accepted); pos = accepted at position i / drafts (vLLM's per-position rate)\n");
   printf("step us = drafter wall time per drafted token (the head on the catch-up output, then steps 2..k in one "

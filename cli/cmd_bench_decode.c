@@ -15,11 +15,13 @@
 #include "io/json.h"
 #include "cli/cli.h"
 #include "io/util.h"
+#include "kernels/accept_ci.h"
 #include "kernels/decode.h"
 #include "kernels/record.h"
 #include "kernels/replay.h"
 #include "kernels/runtime.h"
 #include "kernels/target.h"
+#include "quant/card.h"
 
 const struct cli_opt bench_decode_opts[] = {
     {"target", 0, OPT_STR, 0, "DIR", "target repo (its mtp.* is the stock drafter; required)"},
@@ -58,6 +60,8 @@ struct run {
   const char *name;
   struct mtpq_rt_model *d; /* NULL: no speculation */
   struct mtpq_accept_stats all, dom[MTPQ_MAX_DOMAINS];
+  struct mtpq_accept_stats *seq;                   /* each prompt's own counts: the units of the intervals */
+  struct mtpq_accept_ci ci, dci[MTPQ_MAX_DOMAINS]; /* over all prompts and per domain; paired with stock */
   struct mtpq_decode_times tm;
   int64_t tokens;             /* generated */
   int lossless;               /* every output equal to the one without speculation */
@@ -111,16 +115,29 @@ static void add_times(struct mtpq_decode_times *a, const struct mtpq_decode_time
   a->prefill_s += b->prefill_s, a->gen_s += b->gen_s, a->target_s += b->target_s, a->draft_s += b->draft_s;
 }
 
-static cJSON *stats_json(const struct mtpq_accept_stats *s) {
+static cJSON *pair_json(const double v[2]) {
+  cJSON *a = cJSON_CreateArray();
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[0]));
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[1]));
+  return a;
+}
+
+static cJSON *stats_json(const struct mtpq_accept_stats *s, const struct mtpq_accept_ci *ci) {
   cJSON *o = cJSON_CreateObject(), *p = cJSON_AddArrayToObject(o, "per_position"),
         *c = cJSON_AddArrayToObject(o, "per_position_ci95");
   for (int i = 0; i < s->k; i++) {
     cJSON_AddItemToArray(p, cJSON_CreateNumber(mtpq_accept_perpos(s, i)));
-    cJSON_AddItemToArray(c, cJSON_CreateNumber(mtpq_accept_perpos_ci95(s, i)));
+    cJSON_AddItemToArray(c, pair_json(ci->perpos_ci[i]));
   }
   cJSON_AddNumberToObject(o, "rounds", (double)s->drafts);
+  cJSON_AddNumberToObject(o, "prompts", (double)ci->units);
   cJSON_AddNumberToObject(o, "mean_acceptance_length", mtpq_accept_mal(s));
-  cJSON_AddNumberToObject(o, "mal_ci95", mtpq_accept_mal_ci95(s));
+  cJSON_AddItemToObject(o, "mal_ci95", pair_json(ci->mal_ci));
+  if (ci->paired) {
+    cJSON *v = cJSON_AddObjectToObject(o, "vs_stock");
+    cJSON_AddNumberToObject(v, "mal_diff", ci->dmal);
+    cJSON_AddItemToObject(v, "mal_diff_ci95", pair_json(ci->dmal_ci));
+  }
   return o;
 }
 
@@ -211,6 +228,9 @@ int cmd_bench_decode(int argc, char **argv) {
   int64_t most = 1;
   for (size_t i = 0; i < p.n; i++) most = p.v[i].n > most ? p.v[i].n : most;
   if (!st && pattern) st = read_pattern(pattern, k, runs, nr, &err);
+  for (int r = 1; r < nr && !st; r++)
+    if (!(runs[r].seq = calloc(p.n ? p.n : 1, sizeof *runs[r].seq)))
+      st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
   for (int r = 1; r < nr && !st && !sampled; r++) { /* room for every round's count: at most n_new a prompt */
     runs[r].b.cap = (int64_t)p.n * n_new, runs[r].b.context = ctx0;
     if (!(runs[r].b.rounds = malloc((size_t)runs[r].b.cap))) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
@@ -242,6 +262,7 @@ int cmd_bench_decode(int argc, char **argv) {
       for (int b = 0; b < nb && r > 0; b++) {
         s[b].k = k;
         mtpq_accept_add(&runs[r].all, &s[b]), mtpq_accept_add(&runs[r].dom[pd[i + b]], &s[b]);
+        runs[r].seq[i + b] = s[b];
         if (!sampled && !pattern)
           runs[r].lossless &=
               !memcmp(o[b], base + (i + b) * (size_t)(most + n_new), (size_t)(P[b] + n_new) * sizeof *o[b]);
@@ -252,17 +273,32 @@ int cmd_bench_decode(int argc, char **argv) {
     if (cli_verbosity >= 1 && isatty(2)) fputc('\n', stderr);
   }
   if (st) goto done;
+  /* intervals over prompts; each drafter's differences paired with stock's on the same prompts */
+  for (int r = 1; r < nr && !st; r++) {
+    const struct mtpq_accept_stats *b = r > 1 ? runs[1].seq : NULL;
+    st = mtpq_accept_bootstrap(runs[r].seq, b, NULL, p.n, 0, &runs[r].ci, &err);
+    int *sel = st ? NULL : malloc((p.n ? p.n : 1) * sizeof *sel);
+    if (!st && !sel) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
+    for (int j = 0; j < nd && !st; j++) {
+      size_t m = 0;
+      for (size_t i = 0; i < p.n; i++)
+        if (pd[i] == j) sel[m++] = (int)i;
+      st = mtpq_accept_bootstrap(runs[r].seq, b, sel, m, 0, &runs[r].dci[j], &err);
+    }
+    free(sel);
+  }
+  if (st) goto done;
   if (plot && nr > 1) {
-    const char *names[MAX_RUNS];
-    const struct mtpq_accept_stats *sts[MAX_RUNS];
+    struct cli_plot_series ps[MAX_RUNS];
+    const char *doms[MTPQ_MAX_DOMAINS];
+    for (int j = 0; j < nd; j++) doms[j] = dom[j];
     for (int r = 1; r < nr; r++) {
       const char *nm = strrchr(runs[r].name, '/');
-      names[r - 1] = nm && nm[1] ? nm + 1 : runs[r].name, sts[r - 1] = &runs[r].all;
+      ps[r - 1].name = nm && nm[1] ? nm + 1 : runs[r].name;
+      ps[r - 1].all = &runs[r].ci, ps[r - 1].dom = r > 1 ? runs[r].dci : NULL;
     }
-    if (cli_acceptance_svg(plot,
-                           sampled ? "Per-position acceptance, live loop (sampled)"
-                                   : "Per-position acceptance, live loop (greedy)",
-                           names, sts, nr - 1, k) != 0)
+    if (cli_acceptance_svg(plot, sampled ? "Acceptance, live loop (sampled)" : "Acceptance, live loop (greedy)",
+                           "prompts", ps, nr - 1, k, doms, nd) != 0)
       st = mtpq_err_set(&err, MTPQ_E_IO_WRITE, "%s: cannot write the plot", plot);
   }
   if (st) goto done;
@@ -285,10 +321,16 @@ int cmd_bench_decode(int argc, char **argv) {
     if (pattern) cJSON_AddStringToObject(jo, "accept_pattern", pattern);
     if (trunk) cJSON_AddStringToObject(jo, "trunk", trunk);
     cJSON_AddNumberToObject(jo, "context", (double)ctx0);
+    cJSON_AddStringToObject(jo, "intervals",
+                            "95%, percentile bootstrap over prompts (2000 resamples; differences to "
+                            "stock paired: the same prompts resampled for both)");
     for (int r = 0; r < nr; r++) {
       cJSON *o = cJSON_CreateObject();
       const double tps = (double)runs[r].tokens / runs[r].tm.gen_s;
       cJSON_AddStringToObject(o, "drafter", runs[r].name);
+      struct mtpq_err derr = {0}; /* the weights measured, for quantize --acceptance (from the repo's manifest) */
+      cJSON *wd = r > 1 ? mtpq_drafter_digests(runs[r].name, 1, &derr) : NULL;
+      if (wd) cJSON_AddItemToObject(o, "weights_sha256", wd);
       cJSON_AddNumberToObject(o, "tokens_per_s", tps);
       cJSON_AddNumberToObject(o, "speedup_vs_none", tps / tps0);
       if (nr > 1 && r > 0) cJSON_AddNumberToObject(o, "speedup_vs_stock", tps / tps1);
@@ -298,14 +340,14 @@ int cmd_bench_decode(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "draft_s", runs[r].tm.draft_s);
       if (!sampled && !pattern) cJSON_AddBoolToObject(o, "output_equals_no_speculation", runs[r].lossless);
       if (r > 0) {
-        cJSON_AddItemToObject(o, "all", stats_json(&runs[r].all));
+        cJSON_AddItemToObject(o, "all", stats_json(&runs[r].all, &runs[r].ci));
         if (runs[r].b.rounds) {
           cJSON *pr = cJSON_AddArrayToObject(o, "accepted_per_round");
           for (int64_t i = 0; i < runs[r].b.nrounds; i++)
             cJSON_AddItemToArray(pr, cJSON_CreateNumber(runs[r].b.rounds[i]));
         }
         cJSON *dj = cJSON_AddObjectToObject(o, "domains");
-        for (int j = 0; j < nd; j++) cJSON_AddItemToObject(dj, dom[j], stats_json(&runs[r].dom[j]));
+        for (int j = 0; j < nd; j++) cJSON_AddItemToObject(dj, dom[j], stats_json(&runs[r].dom[j], &runs[r].dci[j]));
       }
       cJSON_AddItemToArray(ra, o);
     }
@@ -325,18 +367,18 @@ int cmd_bench_decode(int argc, char **argv) {
       printf("throughput run: each round accepts what the same round of %s accepted (not the drafts' agreement: the "
              "MAL below is that run's), from position %lld; outputs not checked\n",
              pattern, (long long)ctx0);
-    printf("%-28s %9s %8s %8s %14s %8s %8s %8s %9s\n", "drafter", "tokens/s", "vs none", "vs stock", "MAL (95% CI)",
-           "target%", "draft%", "other%", "lossless");
+    printf("%-28s %9s %8s %8s %22s %8s %8s %8s %9s\n", "drafter", "tokens/s", "vs none", "vs stock",
+           "MAL [95% interval]", "target%", "draft%", "other%", "lossless");
     for (int r = 0; r < nr; r++) {
       const struct run *x = &runs[r];
       const double tps = (double)x->tokens / x->tm.gen_s, g = x->tm.gen_s;
-      char mal[32] = "-";
-      if (r > 0) snprintf(mal, sizeof mal, "%.3f +- %.3f", mtpq_accept_mal(&x->all), mtpq_accept_mal_ci95(&x->all));
+      char mal[48] = "-";
+      if (r > 0) snprintf(mal, sizeof mal, "%.3f [%.3f, %.3f]", x->ci.mal, x->ci.mal_ci[0], x->ci.mal_ci[1]);
       const char *nm = strrchr(x->name, '/');
       nm = nm && nm[1] ? nm + 1 : x->name;
       char vs[16] = "-";
       if (r > 1) snprintf(vs, sizeof vs, "%.3f", tps / tps1);
-      printf("%-28.28s %9.1f %8.3f %8s %14s %8.1f %8.1f %8.1f %9s\n", nm, tps, tps / tps0, vs, mal,
+      printf("%-28.28s %9.1f %8.3f %8s %22s %8.1f %8.1f %8.1f %9s\n", nm, tps, tps / tps0, vs, mal,
              100 * x->tm.target_s / g, 100 * x->tm.draft_s / g, 100 * (g - x->tm.target_s - x->tm.draft_s) / g,
              r && !sampled && !pattern ? (x->lossless ? "yes" : "NO") : "-");
     }
@@ -345,12 +387,18 @@ int cmd_bench_decode(int argc, char **argv) {
       nm = nm && nm[1] ? nm + 1 : runs[r].name;
       for (int j = 0; j < nd; j++) {
         const struct mtpq_accept_stats *s = &runs[r].dom[j];
-        printf("  %-20.20s %-16.16s MAL %.3f +- %.3f, per position:", nm, dom[j], mtpq_accept_mal(s),
-               mtpq_accept_mal_ci95(s));
+        const struct mtpq_accept_ci *c = &runs[r].dci[j];
+        printf("  %-20.20s %-16.16s MAL %.3f [%.3f, %.3f], per position:", nm, dom[j], mtpq_accept_mal(s), c->mal_ci[0],
+               c->mal_ci[1]);
         for (int i = 0; i < k; i++) printf(" %.3f", mtpq_accept_perpos(s, i));
-        printf(" (%llu rounds)\n", (unsigned long long)s->drafts);
+        printf(" (%llu rounds)", (unsigned long long)s->drafts);
+        if (c->paired) printf("; vs stock %+.3f [%+.3f, %+.3f]", c->dmal, c->dmal_ci[0], c->dmal_ci[1]);
+        printf("\n");
       }
     }
+    printf("95%% intervals: percentile bootstrap over the prompts (%zu), %d resamples; vs stock: the MAL "
+           "difference, the same prompts resampled for both (paired)\n",
+           p.n, MTPQ_BOOTSTRAP_ITERS);
     printf("tokens/s: generated tokens / generation wall time (the prompt's prefill apart: %.2f s in all for no "
            "speculation); target/draft/other: shares of the generation time%s\n",
            runs[0].tm.prefill_s,
@@ -359,7 +407,8 @@ int cmd_bench_decode(int argc, char **argv) {
                                   : "");
   }
 done:
-  for (int r = 0; r < nr; r++) mtpq_rt_model_close(runs[r].d), free(runs[r].b.rounds), free((void *)runs[r].b.pattern);
+  for (int r = 0; r < nr; r++)
+    mtpq_rt_model_close(runs[r].d), free(runs[r].b.rounds), free((void *)runs[r].b.pattern), free(runs[r].seq);
   mtpq_prompts_free(&p);
   mtpq_target_close(t);
   free(base), free(out), free(pd);

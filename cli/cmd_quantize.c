@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "quant/card.h"
 #include "vocab/tokenizer.h"
 #include "io/safetensors.h"
 #include "hub/hub.h"
@@ -30,6 +31,9 @@ const struct cli_opt quantize_opts[] = {
     {"base-model", 0, OPT_STR, 0, "ORG/NAME",
      "the card's base_model (default: the Hub TARGET, the Hub cache "
      "snapshot's repo, the config's _name_or_path, or the directory's name)"},
+    {"acceptance", 0, OPT_STR, 0, "REPORT.json",
+     "the card's measured acceptance: a bench-acceptance or bench-decode --json report of this drafter (the repo "
+     "this command writes, measured after an earlier run of it: the weights must be the same)"},
     {NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -71,6 +75,38 @@ static int check_vocab_tokenizer(const char *ids, const char *target) {
     return MTPQ_EXIT_FORMAT;
   }
   return 0;
+}
+
+/* "mtpq quantize ARGS...", each argument quoted for a POSIX shell where it needs it
+ * (the card shows the command that made the repo) */
+static char *command_line(int argc, char **argv) {
+  size_t cap = 16;
+  for (int i = 0; i < argc; i++) cap += 4 * strlen(argv[i]) + 3;
+  char *s = malloc(cap), *o = s;
+  if (!s) return NULL;
+  o += sprintf(o, "mtpq quantize");
+  for (int i = 0; i < argc; i++) {
+    const char *x = argv[i];
+    int plain = *x != 0;
+    for (const char *c = x; *c; c++)
+      plain &=
+          (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("-_./=:,+@%", *c);
+    *o++ = ' ';
+    if (plain) {
+      o += sprintf(o, "%s", x);
+      continue;
+    }
+    *o++ = '\'';
+    for (const char *c = x; *c; c++) {
+      if (*c == '\'')
+        o += sprintf(o, "'\\''");
+      else
+        *o++ = *c;
+    }
+    *o++ = '\'';
+  }
+  *o = 0;
+  return s;
 }
 
 static volatile sig_atomic_t got_signal;
@@ -117,8 +153,13 @@ int cmd_quantize(int argc, char **argv) {
   {
     struct mtpq_err oerr = {0}; /* before any work (a Hub fetch included) */
     enum mtpq_status ost = mtpq_drafter_check_out(p.out, p.force, &oerr);
+    if (!ost && (p.acceptance = cli_str(quantize_opts, &a, "acceptance")))
+      ost = mtpq_card_report_check(p.acceptance, &oerr);
     if (ost) return cli_fail(ost, &oerr);
   }
+  static char *cmdline; /* (lives until exit) */
+  free(cmdline);
+  p.command = cmdline = command_line(argc, argv);
   static char target[2048];
   int hrc = cli_hub_target(cmd, a.pos[0], cli_str(quantize_opts, &a, "revision"), drafter_wants, "drafter", target,
                            sizeof target);

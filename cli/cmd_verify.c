@@ -11,8 +11,10 @@
 
 const struct cli_opt verify_opts[] = {
     {"requantize", 0, OPT_FLAG, 0, NULL, "A is a BF16 SOURCE: quantize it and compare with B"},
-    {"arith", 0, OPT_STR, 0, "cuda|cpu", "torch arithmetic to reproduce (default cuda)"},
-    {"fp8-recipe", 0, OPT_STR, 0, "RECIPE", "f32 (default), modelopt-qtensor or modelopt-export"},
+    {"arith", 0, OPT_STR, 0, "cuda|cpu",
+     "torch arithmetic to reproduce (default: the reference's mtpq_manifest.json, else cuda)"},
+    {"fp8-recipe", 0, OPT_STR, 0, "RECIPE",
+     "f32, modelopt-qtensor or modelopt-export (default: the reference's mtpq_manifest.json, else f32)"},
     {"gpu", 0, OPT_FLAG, 0, NULL, "requantize with the CUDA kernels"},
     {"threads", 'j', OPT_UINT, 0, "N", "CPU threads for requantization (default: all cores)"},
     {"json", 0, OPT_FLAG, 0, NULL, "print one JSON report"},
@@ -25,9 +27,22 @@ static void fmt_val(char *buf, size_t cap, double v) {
   else snprintf(buf, cap, "%.9g", v);
 }
 
-static int print_json(const struct mtpq_verify_report *r, const char *a, const char *b, int requant) {
+static const char *recipe_name(enum mtpq_format f) {
+  return f == MTPQ_FMT_FP8_MODELOPT_QTENSOR  ? "modelopt-qtensor"
+         : f == MTPQ_FMT_FP8_MODELOPT_EXPORT ? "modelopt-export"
+                                             : "f32";
+}
+
+static int print_json(const struct mtpq_verify_report *r, const char *a, const char *b, int requant,
+                      const struct mtpq_verify_opts *vo, const char *from) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "mode", requant ? "requantize" : "compare");
+  if (requant) {
+    cJSON *rc = cJSON_AddObjectToObject(o, "recipe");
+    cJSON_AddStringToObject(rc, "arith", vo->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu");
+    cJSON_AddStringToObject(rc, "fp8_recipe", recipe_name(vo->fp8_format));
+    cJSON_AddStringToObject(rc, "from", from);
+  }
   cJSON_AddStringToObject(o, requant ? "source" : "a", a);
   cJSON_AddStringToObject(o, requant ? "reference" : "b", b);
   int ok = r->differ == 0 && r->missing == 0 && r->layout == 0;
@@ -138,16 +153,37 @@ int cmd_verify(int argc, char **argv) {
 
   struct mtpq_verify_report *r = NULL;
   struct mtpq_err err = {0};
+  /* an mtpq reference says how it was made: what the options leave open comes from its manifest */
+  char from[4200] = "defaults (no mtpq_manifest.json in the reference)";
+  if (requant) {
+    struct mtpq_verify_opts m = o;
+    int found = 0;
+    enum mtpq_status ms = mtpq_verify_manifest_recipe(a.pos[1], &m, &found, &err);
+    if (ms) return cli_fail(ms, &err);
+    if (found) {
+      if (!arith) o.arith = m.arith;
+      if (!rec) o.fp8_format = m.fp8_format;
+      snprintf(from, sizeof from, "%s/mtpq_manifest.json%s", a.pos[1], arith || rec ? " and the options given" : "");
+      if ((arith && m.arith != o.arith) || (rec && m.fp8_format != o.fp8_format))
+        cli_warn("the options differ from the recipe %s/mtpq_manifest.json records (arith %s, fp8 recipe %s)", a.pos[1],
+                 m.arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu", recipe_name(m.fp8_format));
+    } else if (arith || rec) {
+      snprintf(from, sizeof from, "the options given");
+    }
+  }
   enum mtpq_status st = requant ? mtpq_verify_requantize(a.pos[0], a.pos[1], &o, &r, &err)
                                 : mtpq_verify_compare(a.pos[0], a.pos[1], &o, &r, &err);
   if (st) return cli_fail(st, &err);
   if (cli_has(verify_opts, &a, "json")) {
-    if (print_json(r, a.pos[0], a.pos[1], requant)) {
+    if (print_json(r, a.pos[0], a.pos[1], requant, &o, from)) {
       mtpq_verify_report_free(r);
       cli_error("out of memory");
       return MTPQ_EXIT_FAILURE;
     }
   } else {
+    if (requant)
+      printf("recipe: arith %s, fp8 recipe %s (from %s)\n", o.arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu",
+             recipe_name(o.fp8_format), from);
     print_text(r, show, requant ? "mtpq" : "A", requant ? "reference" : "B");
   }
   int ok = r->differ == 0 && r->missing == 0 && r->layout == 0;

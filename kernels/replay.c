@@ -1,8 +1,6 @@
 /* Greedy draft/verify replay; see kernels/replay.h. */
 #include "kernels/replay.h"
 
-#include <math.h>
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,24 +24,6 @@ double mtpq_accept_mal(const struct mtpq_accept_stats *s) {
   for (int i = 0; i < s->k; i++) acc += (double)s->accepted[i];
   return s->drafts ? 1.0 + acc / (double)s->drafts : 0.0;
 }
-double mtpq_accept_mal_ci95(const struct mtpq_accept_stats *s) {
-  if (s->drafts < 2) return 0.0;
-  /* rounds accepting exactly j drafts: accepted[j - 1] - accepted[j] (accepted[-1]: every round) */
-  const double n = (double)s->drafts, mean = mtpq_accept_mal(s) - 1.0;
-  double ss = 0;
-  for (int j = 0; j <= s->k; j++) {
-    const double ge = j ? (double)s->accepted[j - 1] : n, gt = j < s->k ? (double)s->accepted[j] : 0.0;
-    ss += (ge - gt) * ((double)j - mean) * ((double)j - mean);
-  }
-  return 1.96 * sqrt(ss / (n - 1.0) / n);
-}
-
-double mtpq_accept_perpos_ci95(const struct mtpq_accept_stats *s, int i) {
-  if (!s->drafts) return 0.0;
-  const double p = mtpq_accept_perpos(s, i);
-  return 1.96 * sqrt(p * (1.0 - p) / (double)s->drafts);
-}
-
 double mtpq_accept_cond(const struct mtpq_accept_stats *s, int i) {
   return s->reached[i] ? (double)s->accepted[i] / (double)s->reached[i] : 0.0;
 }
@@ -86,6 +66,10 @@ enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend b
   r->all.k = k;
   int64_t Pf;
   enum mtpq_status st = traces_begin(m, t, P, &Pf, err);
+  const size_t nt = mtpq_traces_count(t);
+  r->tr = st ? NULL : calloc(nt ? nt : 1, sizeof *r->tr);
+  r->tr_dom = st ? NULL : calloc(nt ? nt : 1, sizeof *r->tr_dom);
+  if (!st && (!r->tr || !r->tr_dom)) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   for (size_t i = 0; i < mtpq_traces_count(t) && !st; i++) {
     const struct mtpq_trace *x = mtpq_traces_at(t, i);
     const int64_t Pi = trace_prompt(P, x, Pf);
@@ -109,11 +93,19 @@ enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend b
     if (st == MTPQ_E_INVAL && Pi >= x->n)
       st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: %s has %lld tokens, no continuation after a %lld-token prompt",
                         mtpq_traces_path(t), x->name, (long long)x->n, (long long)Pi);
-    if (!st) mtpq_accept_add(&r->st[di], &one), mtpq_accept_add(&r->all, &one);
+    if (!st) {
+      mtpq_accept_add(&r->st[di], &one), mtpq_accept_add(&r->all, &one);
+      r->tr[r->ntr] = one, r->tr[r->ntr].k = k, r->tr_dom[r->ntr++] = di;
+    }
     mtpq_session_close(s);
     free(xc);
   }
   return st;
+}
+
+void mtpq_accept_report_free(struct mtpq_accept_report *r) {
+  free(r->tr), free(r->tr_dom);
+  r->tr = NULL, r->tr_dom = NULL, r->ntr = 0;
 }
 
 enum mtpq_status mtpq_replay_trace(struct mtpq_session *s, const int32_t *x, const void *hidden_bf16,

@@ -57,11 +57,6 @@ void mtpq_accept_add(struct mtpq_accept_stats *a, const struct mtpq_accept_stats
  *   tokens_per_s  drafted tokens / drafter time
  * Each is 0 where its denominator is. */
 double mtpq_accept_mal(const struct mtpq_accept_stats *s);
-/* half-widths of 95% intervals (normal approximation over rounds): of the
- * MAL (from the spread of the accepted length per round, which the counts
- * per position determine) and of perpos i (binomial) */
-double mtpq_accept_mal_ci95(const struct mtpq_accept_stats *s);
-double mtpq_accept_perpos_ci95(const struct mtpq_accept_stats *s, int i);
 double mtpq_accept_cond(const struct mtpq_accept_stats *s, int i);
 double mtpq_accept_perpos(const struct mtpq_accept_stats *s, int i);
 double mtpq_accept_step_us(const struct mtpq_accept_stats *s);
@@ -77,11 +72,18 @@ struct mtpq_accept_report {
   char dom[MTPQ_MAX_DOMAINS][MTPQ_TRACE_DOMAIN_MAX];
   struct mtpq_accept_stats st[MTPQ_MAX_DOMAINS];
   struct mtpq_accept_stats all;
+  /* each trace's own counts, in file order, and its domain's index: the
+   * units of the intervals (kernels/accept_ci.h) */
+  size_t ntr;
+  struct mtpq_accept_stats *tr;
+  int *tr_dom;
 };
+void mtpq_accept_report_free(struct mtpq_accept_report *r);
 /* Checks the traces against the model first (mtpq_traces_check); a file
  * with more than MTPQ_MAX_DOMAINS domains is refused. prompt_len > 0: every
  * trace's prompt length; 0: each trace's own (metadata prompt_len.NAME),
- * else the file's prompt_len, else 192. */
+ * else the file's prompt_len, else 192. r is released with
+ * mtpq_accept_report_free whatever the status. */
 enum mtpq_status mtpq_replay_traces(struct mtpq_rt_model *m, enum mtpq_backend be, const struct mtpq_traces *t,
                                     int64_t prompt_len, int k, int window, struct mtpq_accept_report *r,
                                     struct mtpq_err *err);

@@ -41,6 +41,10 @@ struct mtpq_drafter_params {
   /* the card's base_model and the manifest's revision: NULL for what the
    * target tells (mtpq_drafter_base_model) */
   const char *base_model, *revision;
+  /* the card's evidence (quant/card.h; NULL: none): a bench-acceptance or
+   * bench-decode --json report that measured this drafter's weights, and
+   * the command line that made the repo */
+  const char *acceptance, *command;
 };
 
 /* The Hub id and revision a target directory stands for: base (given) when

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "io/util.h"
+#include "quant/card.h"
 #include "quant/drafter_priv.h"
 #include "quant/embedded.h"
 
@@ -193,6 +194,9 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
     }
   }
   const double head_mb = (double)pl->head_rows * (double)pl->hidden / 1e6; /* FP8: a byte a weight */
+  char *evidence = NULL;
+  enum mtpq_status est = mtpq__card_evidence(p, dir, &evidence, err);
+  if (est) return est;
   char base[512], rev[64];
   mtpq_drafter_base_model(mtpq_repo_dir(pv->target), p->base_model, base, sizeof base, rev, sizeof rev);
   char *lic = card_field(mtpq_repo_dir(pv->target), "license");
@@ -210,10 +214,10 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
              lic_name ? "\n" : "", lic_link ? "license_link: " : "", lic_link ? lic_link : "", lic_link ? "\n" : "");
   const char *outbase = strrchr(p->out, '/');
   outbase = outbase ? outbase + 1 : p->out;
-  size_t cap = 1 << 16;
+  size_t cap = ((size_t)1 << 16) + strlen(evidence);
   char *s = malloc(cap);
   if (!s) {
-    free(lic);
+    free(lic), free(lic_name), free(lic_link), free(evidence);
     return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   }
   int n = snprintf(
@@ -245,12 +249,14 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
       "`config.json` carries `mtp_draft_vocab_size`.\n\n"
       "## Use with vLLM\n\n"
       "Stock vLLM builds an MTP drafter with the target's quantization config and has no "
-      "reduced-vocabulary MTP head, so this repo ships a vLLM plugin in `vllm_plugin/` (pinned to "
-      "vLLM 0.33.0; it builds the drafter with this repo's own quantization config and scatters the "
+      "reduced-vocabulary MTP head, so this repo ships a vLLM plugin in `vllm_plugin/` (written "
+      "for vLLM 0.33.0 and 0.26.0, whose hooks it was checked against; it warns at load on any other; it builds the "
+      "drafter with this repo's own quantization config and scatters the "
       "FP8 draft head's logits back into the full vocabulary). From a local copy of this repo:\n\n"
       "```sh\npip install './vllm_plugin[vllm]'   # or ./vllm_plugin alone: keeps the vLLM installed\n"
       "vllm serve %s --speculative-config "
       "'{\"method\": \"mtp\", \"num_speculative_tokens\": 3, \"model\": \"%s\"}'\n```\n\n"
+      "%s"
       "## Provenance\n\n"
       "`mtpq_manifest.json` lists every file with its sha256, the mtpq version, the target and the "
       "recipe.\n",
@@ -262,8 +268,8 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
       pl->head_source, n_copy, pl->expert_input_scale_gate_up, pl->expert_input_scale_down,
       pl->expert_input_scale_origin ? pl->expert_input_scale_origin : "no experts",
       p->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu", p->arith == MTPQ_ARITH_CUDA ? "a GPU" : "a CPU", (double)in_q / 1e6,
-      (double)out_q / 1e6, ((double)in_q - (double)out_q) / 1e6, head_mb, pv->n_ids, base, outbase);
-  free(lic), free(lic_name), free(lic_link);
+      (double)out_q / 1e6, ((double)in_q - (double)out_q) / 1e6, head_mb, pv->n_ids, base, outbase, evidence);
+  free(lic), free(lic_name), free(lic_link), free(evidence);
   char *path = mtpq__path_join(dir, "README.md");
   enum mtpq_status st = path && n > 0 ? mtpq__write_file_atomic(path, s, (size_t)n, err)
                                       : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json.h"
 #include "io/repo.h"
 #include "io/util.h"
 #include "quant/gpu_quant.h"
@@ -412,6 +413,39 @@ static enum mtpq_status requant_one(struct item *it, const struct mtpq_verify_op
   }
   mtpq_qtensor_free(&q);
   return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_verify_manifest_recipe(const char *dir, struct mtpq_verify_opts *o, int *found,
+                                             struct mtpq_err *err) {
+  *found = 0;
+  char *path = mtpq__path_join(dir, "mtpq_manifest.json"), *text = NULL;
+  if (!path) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  if (!mtpq__is_file(path)) {
+    free(path);
+    return MTPQ_OK;
+  }
+  size_t n = 0;
+  enum mtpq_status st = mtpq__read_file(path, 1 << 24, &text, &n, err);
+  cJSON *j = st ? NULL : mtpq__json_parse(text, n, path, MTPQ_E_BAD_VALUE, err);
+  if (!st && !j) st = MTPQ_E_BAD_VALUE;
+  const cJSON *ar = cJSON_GetObjectItemCaseSensitive(j, "arith");
+  const cJSON *dl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "recipe"), "draft_linears");
+  struct mtpq_verify_opts v = *o;
+  if (!st && !(cJSON_IsString(ar) && (!strcmp(ar->valuestring, "cuda") || !strcmp(ar->valuestring, "cpu"))))
+    st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: \"arith\" is %s, not \"cuda\" or \"cpu\"", path,
+                      cJSON_IsString(ar) ? ar->valuestring : "missing or not a string");
+  if (!st) v.arith = strcmp(ar->valuestring, "cuda") ? MTPQ_ARITH_CPU : MTPQ_ARITH_CUDA;
+  static const enum mtpq_format fp8s[] = {MTPQ_FMT_FP8, MTPQ_FMT_FP8_MODELOPT_QTENSOR, MTPQ_FMT_FP8_MODELOPT_EXPORT};
+  int fi = -1;
+  for (int i = 0; !st && cJSON_IsString(dl) && i < 3; i++)
+    if (!strcmp(dl->valuestring, mtpq_format_get(fp8s[i])->name)) fi = i;
+  if (!st && fi < 0)
+    st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: recipe.draft_linears is %s, not an FP8 format mtpq writes", path,
+                      cJSON_IsString(dl) ? dl->valuestring : "missing or not a string");
+  if (!st) v.fp8_format = fp8s[fi], *o = v, *found = 1;
+  cJSON_Delete(j);
+  free(text), free(path);
+  return st;
 }
 
 enum mtpq_status mtpq_verify_requantize(const char *source, const char *reference,

@@ -68,6 +68,14 @@ struct mtpq_verify_opts {
 
 struct mtpq_verify_opts mtpq_verify_default_opts(void);
 
+/* The recipe an mtpq repo was made with, from its mtpq_manifest.json: the
+ * torch arithmetic ("arith") and the draft linears' FP8 format
+ * (recipe.draft_linears) into o. *found: 0 when dir has no manifest (a
+ * ModelOpt or other reference: o untouched); a manifest naming an unknown
+ * arithmetic or format is an error naming the file and the value. */
+enum mtpq_status mtpq_verify_manifest_recipe(const char *dir, struct mtpq_verify_opts *o, int *found,
+                                             struct mtpq_err *err);
+
 /* Both return MTPQ_OK when the comparison ran (whatever it found); the
  * report says what differs. Free the report with mtpq_verify_report_free. */
 enum mtpq_status mtpq_verify_compare(const char *a, const char *b,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "kernels/accept_ci.h"
 #include "kernels/cuda/tune.h"
 #include "kernels/replay.h"
 #include "kernels/traces.h"
@@ -344,11 +345,65 @@ START_TEST(test_replay_traces) {
   ck_assert(fabs(mtpq_accept_cond(&r.all, 1) - (double)r.all.accepted[1] / (double)r.all.reached[1]) < 1e-12);
   struct mtpq_accept_stats zero = {0};
   ck_assert(mtpq_accept_mal(&zero) == 0 && mtpq_accept_cond(&zero, 0) == 0 && mtpq_accept_step_us(&zero) == 0);
+  /* each trace's own counts, in file order, with its domain: the intervals' units */
+  ck_assert_uint_eq(r.ntr, 3);
+  for (size_t i = 0; i < 3; i++) {
+    int j = 0;
+    while (strcmp(pick[j], mtpq_traces_at(t, i)->name)) j++;
+    ck_assert_uint_eq(r.tr[i].drafts, one[j].drafts);
+    for (int a = 0; a < 3; a++) ck_assert_uint_eq(r.tr[i].accepted[a], one[j].accepted[a]);
+    ck_assert_int_eq(r.tr_dom[i], j == 1);
+  }
+  mtpq_accept_report_free(&r);
+  ck_assert(r.tr == NULL && r.ntr == 0);
   mtpq_traces_close(t);
   mtpq_traces_close(full);
   mtpq_rt_model_close(d);
   tu_rmtree(dir);
   free(p), free(dir);
+}
+END_TEST
+
+/* units of k = 1: rounds and how many accepted their draft */
+static struct mtpq_accept_stats unit1(uint64_t rounds, uint64_t acc) {
+  struct mtpq_accept_stats u = {0};
+  u.k = 1, u.drafts = rounds, u.draft_tokens = rounds, u.accepted[0] = acc, u.reached[0] = rounds;
+  return u;
+}
+
+START_TEST(test_bootstrap) {
+  struct mtpq_err err = {0};
+  struct mtpq_accept_ci c, c2;
+  /* two traces, one accepting nothing (MAL 1), one everything (MAL 2): a
+   * resample holds both twice a quarter of the time each, so the 2.5% and
+   * 97.5% points are the two traces' own MALs; the point is the pooled 1.5 */
+  struct mtpq_accept_stats u[4] = {unit1(10, 0), unit1(10, 10)};
+  ck_assert_int_eq(mtpq_accept_bootstrap(u, NULL, NULL, 2, 0, &c, &err), MTPQ_OK);
+  ck_assert(fabs(c.mal - 1.5) < 1e-12 && c.mal_ci[0] == 1.0 && c.mal_ci[1] == 2.0);
+  ck_assert(c.perpos_ci[0][0] == 0.0 && c.perpos_ci[0][1] == 1.0 && !c.paired && c.units == 2);
+  /* the same draws every call */
+  ck_assert_int_eq(mtpq_accept_bootstrap(u, NULL, NULL, 2, 0, &c2, &err), MTPQ_OK);
+  ck_assert(!memcmp(&c, &c2, sizeof c));
+  /* identical traces: no spread */
+  struct mtpq_accept_stats same[5];
+  for (int i = 0; i < 5; i++) same[i] = unit1(20, 7);
+  ck_assert_int_eq(mtpq_accept_bootstrap(same, NULL, NULL, 5, 500, &c, &err), MTPQ_OK);
+  ck_assert(c.mal_ci[0] == c.mal && c.mal_ci[1] == c.mal && fabs(c.mal - 1.35) < 1e-12);
+  /* paired: traces that differ a lot, a drafter a little better on each;
+   * the difference's interval is narrow and excludes 0, the drafter's own
+   * interval is wide; a drafter paired with itself differs by exactly 0 */
+  struct mtpq_accept_stats b[12], q[12];
+  for (int i = 0; i < 12; i++) b[i] = unit1(100, (uint64_t)(8 * i)), q[i] = unit1(100, (uint64_t)(8 * i + 3));
+  ck_assert_int_eq(mtpq_accept_bootstrap(q, b, NULL, 12, 0, &c, &err), MTPQ_OK);
+  ck_assert(c.paired && fabs(c.dmal - 0.03) < 1e-12);
+  ck_assert(fabs(c.dmal_ci[0] - 0.03) < 1e-12 && fabs(c.dmal_ci[1] - 0.03) < 1e-12); /* the same +3 on every trace */
+  ck_assert(c.mal_ci[1] - c.mal_ci[0] > 0.2 && c.mal_ci[0] < c.mal && c.mal < c.mal_ci[1]);
+  ck_assert_int_eq(mtpq_accept_bootstrap(b, b, NULL, 12, 0, &c, &err), MTPQ_OK);
+  ck_assert(c.dmal == 0 && c.dmal_ci[0] == 0 && c.dmal_ci[1] == 0);
+  /* a selection (a domain): only those units */
+  const int sel[2] = {1, 0};
+  ck_assert_int_eq(mtpq_accept_bootstrap(u, NULL, sel, 1, 0, &c, &err), MTPQ_OK);
+  ck_assert(c.mal == 2.0 && c.mal_ci[0] == 2.0 && c.mal_ci[1] == 2.0 && c.units == 1);
 }
 END_TEST
 
@@ -361,6 +416,7 @@ int main(void) {
   tcase_add_test(tc, test_cuda_settings);
   tcase_add_test(tc, test_traces);
   tcase_add_test(tc, test_replay_traces);
+  tcase_add_test(tc, test_bootstrap);
   tcase_set_timeout(tc, 300); /* (about 70 s under ASan + UBSan) */
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

@@ -198,6 +198,50 @@ run q_base 0 $Q --out "$SCRATCH/qb" --base-model org/other &&
   grep -q '^base_model: org/other$' "$SCRATCH/qb/README.md" && grep -q '^license_name: same-as-base-model$' \
   "$SCRATCH/qb/README.md" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_base card"; }
 
+# the card's measured acceptance (--acceptance): a report of no known form and a throughput run are refused
+# before the work (nothing written); a report that measured other weights after it (the old repo kept); the
+# report that measured these weights (their sha256, as bench-acceptance records them) gives the table
+stats() { printf '{"mean_acceptance_length": %s, "mal_ci95": [%s], "per_position": [0.7, 0.5, 0.3]%s}' "$@"; }
+report() { # report FILE WEIGHTS_JSON [EXTRA_TOP_FIELD]
+  local s0 s1
+  s0=$(stats 2.5 "2.4, 2.6" "") s1=$(stats 2.45 "2.3, 2.6" ', "vs_stock": {"mal_diff": -0.05, "mal_diff_ci95": [-0.08, -0.01]}')
+  printf '{"k": 3, "traces": "t.safetensors", "backend": "cpu"%s, "drafters": [{"kind": "stock", "domains": {"code": %s}, "all": %s}, {"kind": "drafter", "weights_sha256": %s, "domains": {"code": %s}, "all": %s}]}\n' \
+    "${3:-}" "$s0" "$s0" "$2" "$s1" "$s1" > "$1"
+}
+digests() { # the .safetensors files of a repo, as {"name": "sha256"}
+  (cd "$1" && sha256sum *.safetensors | awk 'BEGIN {printf "{"} {printf "%s\"%s\": \"%s\"", (NR > 1 ? ", " : ""), $2, $1} END {printf "}"}')
+}
+echo '{"drafters": 1}' > "$SCRATCH/notrep.json"
+run q_acc_form 4 $Q --out "$SCRATCH/qa" --acceptance "$SCRATCH/notrep.json" &&
+  has q_acc_form err 'notrep.json: not a bench-acceptance or bench-decode --json report' && [ ! -e "$SCRATCH/qa" ] &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_acc_form wrote $SCRATCH/qa"; }
+report "$SCRATCH/pat.json" "$(digests "$SCRATCH/qb")" ', "accept_pattern": "p.json"'
+run q_acc_pattern 4 $Q --out "$SCRATCH/qa" --acceptance "$SCRATCH/pat.json" && has q_acc_pattern err 'a throughput run'
+report "$SCRATCH/oth.json" '{"model.safetensors": "00"}'
+run q_acc_other 4 $Q --out "$SCRATCH/qb" --force --base-model org/other --acceptance "$SCRATCH/oth.json" &&
+  has q_acc_other err 'no drafter in this report has the weights quantize wrote' &&
+  ! grep -q 'Measured acceptance' "$SCRATCH/qb/README.md" && [ -f "$SCRATCH/qb/mtpq_manifest.json" ] &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_acc_other: the old repo changed"; }
+report "$SCRATCH/mine.json" "$(digests "$SCRATCH/qb")"
+run q_acc 0 $Q --out "$SCRATCH/qb" --force --base-model org/other --acceptance "$SCRATCH/mine.json" &&
+  grep -q '^| code | 2.500 \[2.400, 2.600\] | 2.450 \[2.300, 2.600\] | -0.050 \[-0.080, -0.010\] |' "$SCRATCH/qb/README.md" &&
+  grep -q '^| all | 2.500' "$SCRATCH/qb/README.md" && grep -q '^## Draft vocabulary' "$SCRATCH/qb/README.md" &&
+  grep -q '^mtpq quantize .*--acceptance .*mine.json$' "$SCRATCH/qb/README.md" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_acc card: $(sed -n '/Measured/,/Provenance/p' "$SCRATCH/qb/README.md")"; }
+
+# verify-bitexact --requantize takes the recipe from an mtpq reference's manifest: a repo made with --arith cpu
+# and ModelOpt's qtensor FP8 recipe verifies without options; options that differ are said to
+run q_cpu 0 $Q --out "$SCRATCH/qcpu" --arith cpu --fp8-recipe modelopt-qtensor
+run verify_manifest 0 "$MTPQ" verify-bitexact --requantize "$MODEL" "$SCRATCH/qcpu" &&
+  has verify_manifest out '^recipe: arith cpu, fp8 recipe modelopt-qtensor \(from .*qcpu/mtpq_manifest.json\)' &&
+  has verify_manifest out '^summary: 57 tensors, 57 identical, 0 differ'
+"$MTPQ" verify-bitexact --requantize --fp8-recipe f32 "$MODEL" "$SCRATCH/qcpu" >"$SCRATCH/out" 2>"$SCRATCH/err"
+has verify_override err 'the options differ from the recipe .*qcpu/mtpq_manifest.json records \(arith cpu, fp8 recipe modelopt-qtensor\)'
+has verify_override out 'recipe: arith cpu, fp8 recipe f32 \(from .*mtpq_manifest.json and the options given\)'
+sed -i 's/"arith":.*"cpu"/"arith": "gpu"/' "$SCRATCH/qcpu/mtpq_manifest.json"
+run verify_badman 4 "$MTPQ" verify-bitexact --requantize "$MODEL" "$SCRATCH/qcpu" &&
+  has verify_badman err 'qcpu/mtpq_manifest.json: "arith" is gpu, not "cuda" or "cpu"'
+
 # bench-acceptance: a traces file with no traces, and one without hidden states, are refused (exit 4)
 "$ST_TOOL" write "$SCRATCH/notr.safetensors" 1 >/dev/null # (random tensors of every dtype, no NAME.tokens)
 run acc_notraces 4 "$MTPQ" bench-acceptance --backend cpu --target "$MODEL" --traces "$SCRATCH/notr.safetensors" &&

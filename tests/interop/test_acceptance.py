@@ -70,6 +70,37 @@ with tempfile.TemporaryDirectory() as tmp:
               f"{dom}: fields")
         print(f"{dom}: stock MAL {rep['drafters'][0]['domains'][dom]['mean_acceptance_length']:.4f}, "
               f"quantized {x['mean_acceptance_length']:.4f}")
+    # 95% bootstrap intervals over the 24 traces; the quantized drafter's
+    # difference to stock paired (the same traces): narrower than either
+    # drafter's own interval, which the traces' spread dominates
+    s0, s1 = rep["drafters"][0]["all"], rep["drafters"][1]["all"]
+    for x in (s0, s1):
+        lo, hi = x["mal_ci95"]
+        check(x["traces"] == 24 and lo < x["mean_acceptance_length"] < hi and
+              all(a <= p <= b for (a, b), p in zip(x["per_position_ci95"], x["per_position"])), f"intervals: {x}")
+    v = s1["vs_stock"]
+    check("vs_stock" not in s0 and abs(v["mal_diff"] - (s1["mean_acceptance_length"] - s0["mean_acceptance_length"])) < 1e-12
+          and v["mal_diff_ci95"][0] <= v["mal_diff"] <= v["mal_diff_ci95"][1]
+          and v["mal_diff_ci95"][1] - v["mal_diff_ci95"][0] < (s1["mal_ci95"][1] - s1["mal_ci95"][0]) / 3, f"vs stock: {v}")
+    print(f"MAL stock {s0['mean_acceptance_length']:.4f} {s0['mal_ci95']}, quantized {s1['mean_acceptance_length']:.4f} "
+          f"{s1['mal_ci95']}, difference {v['mal_diff']:+.4f} {v['mal_diff_ci95']} (paired)")
+    # the card's evidence: quantize again with this report (the same bytes: the weights it measured)
+    rj = os.path.join(tmp, "acc.json")
+    open(rj, "w").write(p.stdout)
+    check(set(rep["drafters"][1]["weights_sha256"]) == {"model.safetensors", "mtp_draft_vocab_ids.safetensors"},
+          "the report records the measured weights")
+    p2 = run("quantize", os.path.join(T, "model"), "--vocab", vp + ".safetensors", "--out", q, "--expert-input-scale",
+             "0.1667", "--force", "--acceptance", rj)
+    check(p2.returncode == 0, p2.stderr)
+    card = open(os.path.join(q, "README.md")).read()
+    want = (f"| all | {s0['mean_acceptance_length']:.3f} [{s0['mal_ci95'][0]:.3f}, {s0['mal_ci95'][1]:.3f}] | "
+            f"{s1['mean_acceptance_length']:.3f} [{s1['mal_ci95'][0]:.3f}, {s1['mal_ci95'][1]:.3f}] | "
+            f"{v['mal_diff']:+.3f} [{v['mal_diff_ci95'][0]:+.3f}, {v['mal_diff_ci95'][1]:+.3f}] |")
+    check(want in card and "| code_heldout |" in card and "First drafts, teacher-forced at 2280 positions" in card,
+          f"card: {want!r} not in its evidence")
+    svg_text = open(svg).read()
+    check("MAL difference to stock" in svg_text and svg_text.count("<circle") == 3, "plot: the difference panel "
+          "(all and the two domains)")
     # first drafts, teacher-forced at every position (24 traces x 95 positions), paired with stock's
     f0, f1 = rep["drafters"][0]["first_draft"], rep["drafters"][1]["first_draft"]
     check(f0["positions"] == f1["positions"] == 24 * 95, f"first-draft positions {f0['positions']} {f1['positions']}")
