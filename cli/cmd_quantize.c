@@ -31,6 +31,8 @@ const struct cli_opt quantize_opts[] = {
     {"base-model", 0, OPT_STR, 0, "ORG/NAME",
      "the card's base_model (default: the Hub TARGET, the Hub cache "
      "snapshot's repo, the config's _name_or_path, or the directory's name)"},
+    {"repo-id", 0, OPT_STR, 0, "ORG/NAME",
+     "the drafter's Hub id in the card's title and serve line (default: DIR's name; mtpq upload sets it)"},
     {"acceptance", 0, OPT_STR, 0, "REPORT.json",
      "the card's measured acceptance: a bench-acceptance or bench-decode --json report of this drafter (the repo "
      "this command writes, measured after an earlier run of it: the weights must be the same)"},
@@ -166,6 +168,7 @@ int cmd_quantize(int argc, char **argv) {
   if (hrc) return hrc;
   p.target = target;
   p.base_model = cli_str(quantize_opts, &a, "base-model");
+  p.repo_id = cli_str(quantize_opts, &a, "repo-id");
   int vrc = check_vocab_tokenizer(p.vocab_ids, target);
   if (vrc) return vrc;
   if (!p.base_model && strcmp(target, a.pos[0])) p.base_model = a.pos[0]; /* a Hub id, fetched into the cache */

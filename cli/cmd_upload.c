@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "hub/hub.h"
+#include "quant/card.h"
 
 const struct cli_opt upload_opts[] = {
     {"private", 0, OPT_FLAG, 0, NULL, "create the repo private (when it does not exist)"},
@@ -24,6 +25,18 @@ int cmd_upload(int argc, char **argv) {
   struct mtpq_hub_env env;
   enum mtpq_status st = mtpq_hub_env_load(&env, &err);
   if (st) return cli_fail(st, &err);
+  /* an mtpq drafter's card names its repo: the one it is published to */
+  char was[512];
+  int changed = 0;
+  if (env.token[0]) /* (without one the upload stops at once: the folder stays as it is) */
+    st = mtpq_card_set_repo_id(a.pos[0], a.pos[1], &changed, was, sizeof was, &err);
+  if (st) return cli_fail(st, &err);
+  if (changed && cli_verbosity >= 1)
+    fprintf(
+        stderr,
+        "mtpq: upload: %s/README.md: the card's drafter id '%s' is now '%s' (its title and serve line; the manifest's "
+        "digest of it updated)\n",
+        a.pos[0], was, a.pos[1]);
   struct mtpq_upload_opts o = {a.pos[0], a.pos[1], cli_str(upload_opts, &a, "revision"),
                                cli_str(upload_opts, &a, "message"), cli_has(upload_opts, &a, "private")};
   struct mtpq_upload_result r;

@@ -195,10 +195,17 @@ enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const ch
   int n = 0;
   if ((st = hub_list_tree(env, repo, res->commit, &e, &n, err))) return st;
   for (int i = 0; i < n; i++) res->repo_bytes += e[i].size;
-  /* the small files, through the cache */
-  static const char *const small[] = {"config.json", "generation_config.json", "tokenizer.json",
-                                      "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
-                                      "chat_template.jinja", "*.safetensors.index.json"};
+  /* the small files, through the cache (README.md: the target's card, whose license the drafter's card carries) */
+  static const char *const small[] = {"config.json",
+                                      "generation_config.json",
+                                      "tokenizer.json",
+                                      "README.md",
+                                      "tokenizer_config.json",
+                                      "vocab.json",
+                                      "merges.txt",
+                                      "special_tokens_map.json",
+                                      "chat_template.jinja",
+                                      "*.safetensors.index.json"};
   static const char *const describe[] = {"config.json", "*.safetensors.index.json"}; /* headers only */
   struct mtpq_download_opts o = {repo, res->commit, want ? small : describe,
                                  want ? (int)(sizeof small / sizeof small[0]) : 2, NULL, NULL};

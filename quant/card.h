@@ -37,4 +37,13 @@ enum mtpq_status mtpq_card_report_check(const char *file, struct mtpq_err *err);
 enum mtpq_status mtpq__card_evidence(const struct mtpq_drafter_params *p, const char *dir, char **md,
                                      struct mtpq_err *err);
 
+/* Give the card of the mtpq drafter repo in dir the id repo (its title and
+ * the vllm serve line's "model"), rewriting README.md and the README.md
+ * entry of mtpq_manifest.json when the id differs. *changed: 1 when
+ * rewritten, old (old_cap bytes) the id it had; 0 with nothing done when
+ * dir holds no mtpq_manifest.json (not an mtpq repo) or its card has no
+ * such lines. */
+enum mtpq_status mtpq_card_set_repo_id(const char *dir, const char *repo, int *changed, char *old, size_t old_cap,
+                                       struct mtpq_err *err);
+
 #endif

@@ -45,6 +45,10 @@ struct mtpq_drafter_params {
    * bench-decode --json report that measured this drafter's weights, and
    * the command line that made the repo */
   const char *acceptance, *command;
+  /* the drafter's Hub id in the card's title and serve line (NULL: the
+   * output directory's name; mtpq upload rewrites them to the repo it
+   * publishes to, quant/card.h) */
+  const char *repo_id;
 };
 
 /* The Hub id and revision a target directory stands for: base (given) when

@@ -212,8 +212,8 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
   else if (lic_name || lic_link)
     snprintf(licx, sizeof licx, "%s%s%s%s%s%s", lic_name ? "license_name: " : "", lic_name ? lic_name : "",
              lic_name ? "\n" : "", lic_link ? "license_link: " : "", lic_link ? lic_link : "", lic_link ? "\n" : "");
-  const char *outbase = strrchr(p->out, '/');
-  outbase = outbase ? outbase + 1 : p->out;
+  const char *outbase = strrchr(p->out, '/'); /* the drafter's id in the title and the serve line */
+  outbase = p->repo_id ? p->repo_id : outbase ? outbase + 1 : p->out;
   size_t cap = ((size_t)1 << 16) + strlen(evidence);
   char *s = malloc(cap);
   if (!s) {
