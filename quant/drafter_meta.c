@@ -250,7 +250,7 @@ static enum mtpq_status write_card(const struct mtpq_drafter_params *p, const st
       "## Use with vLLM\n\n"
       "Stock vLLM builds an MTP drafter with the target's quantization config and has no "
       "reduced-vocabulary MTP head, so this repo ships a vLLM plugin in `vllm_plugin/` (written "
-      "for vLLM 0.33.0 and 0.26.0, whose hooks it was checked against; it warns at load on any other; it builds the "
+      "for vLLM 0.33.0, 0.34.0 and 0.26.0, whose hooks it was checked against; it warns at load on any other; it builds the "
       "drafter with this repo's own quantization config and scatters the "
       "FP8 draft head's logits back into the full vocabulary). From a local copy of this repo:\n\n"
       "```sh\npip install './vllm_plugin[vllm]'   # or ./vllm_plugin alone: keeps the vLLM installed\n"

@@ -2,7 +2,7 @@
 """The vLLM plugin (quant/vllm_plugin) against the pinned vLLM release.
 
 1. The plugin byte-compiles.
-2. vLLM 0.33.0's source (the wheel from PyPI, cached) still has every hook
+2. vLLM 0.33.0's source (the wheel from PyPI, cached; MTPQ_VLLM_VERSION=X checks release X) still has every hook
    the plugin patches, with the signatures it relies on.
 3. Conformance: for a quantize output (tiny model and a 16-expert fixture),
    every module prefix vLLM's MTP classes build (read from the pinned source:
@@ -33,7 +33,7 @@ import zipfile
 
 MTPQ, GEN, TESTDATA, PLUGIN = sys.argv[1:5]
 TORCH_ONLY = "--torch-only" in sys.argv  # the GPU machine: torch, no network
-PINNED = "0.33.0"
+PINNED = os.environ.get("MTPQ_VLLM_VERSION", "0.33.0")  # (another release: MTPQ_VLLM_VERSION)
 failures = []
 
 

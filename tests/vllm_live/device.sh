@@ -9,7 +9,7 @@
 # the machine's versions of those packages: what vLLM pins wins), the
 # plugin from quant/vllm_plugin with its entry point, then live.py with no
 # speculation, stock MTP and the mtpq drafter at once (a fifth of the GPU
-# each), and the OpenAI server with the drafter answering one completion.
+# each), then the OpenAI server with the drafter answering one completion.
 set -uo pipefail
 V=/tmp/vl
 case ${1:-} in
@@ -40,13 +40,15 @@ run)
       > "$O/live-$m.log" 2>&1 &
     pids+=($!)
   done
+  wait "${pids[@]}"
+  for m in none stock mtpq; do echo "== $m"; grep -E "^(none|stock|mtpq):|mtpq_vllm|Error|error" "$O/live-$m.log" | head -8; done
+  # the server after the live runs: started beside them, its memory profiling
+  # saw their memory freed and refused to start (the first run that got here)
   python3 -m vllm.entrypoints.openai.api_server --model $T --port 8011 --enforce-eager \
-    --attention-backend TRITON_ATTN --max-model-len 512 --gpu-memory-utilization 0.2 \
+    --attention-backend TRITON_ATTN --max-model-len 512 --gpu-memory-utilization 0.3 \
     --speculative-config "{\"method\": \"mtp\", \"num_speculative_tokens\": $K, \"model\": \"$D\"}" \
     > "$O/serve.log" 2>&1 &
   srv=$!
-  wait "${pids[@]}"
-  for m in none stock mtpq; do echo "== $m"; grep -E "^(none|stock|mtpq):|mtpq_vllm|Error|error" "$O/live-$m.log" | head -8; done
   python3 tests/vllm_live/serve_check.py 8011 300 $srv > "$O/serve-check.txt" 2>&1
   echo "serve check rc $?"; cat "$O/serve-check.txt"
   kill $srv 2>/dev/null

@@ -1,4 +1,4 @@
-"""vLLM plugin for mtpq drafter repos (pinned to vLLM 0.33.0).
+"""vLLM plugin for mtpq drafter repos (vLLM 0.33.0; also 0.34.0 and 0.26.0).
 
 Stock vLLM builds a Qwen3-Next / Qwen3.5 MTP drafter with the *target's*
 quantization config, so a separate drafter repo's FP8/NVFP4 layers do not
@@ -18,10 +18,11 @@ without editing site-packages:
 """
 
 PINNED_VLLM = "0.33.0"
-# the releases whose hooks the plugin was checked against: 0.33.0 from its
-# source (tests/interop/test_vllm_plugin.py), 0.26.0 (the newest release
-# that pins torch 2.11) also run live (tests/vllm_live)
-KNOWN_VLLM = ("0.26.0", "0.33.0")
+# the releases whose hooks the plugin was checked against: 0.33.0 and 0.34.0
+# (the newest) from their source (tests/interop/test_vllm_plugin.py,
+# MTPQ_VLLM_VERSION for another than the pinned one), 0.26.0 (the newest
+# release that pins torch 2.11) run live (tests/vllm_live)
+KNOWN_VLLM = ("0.26.0", "0.33.0", "0.34.0")
 
 
 def register() -> None:
