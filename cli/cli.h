@@ -106,7 +106,7 @@ int cmd_bench_target(int argc, char **argv);
  * bootstrap intervals and, with more than one series, each one's MAL
  * difference to series 0 (stock) over all units and per domain, with paired
  * intervals; whether the directory of path is writable (checked before the
- * work a plot ends) */
+ * work whose output goes there: a plot, build-vocab's PREFIX, a traces file) */
 struct mtpq_accept_ci;
 struct cli_plot_series {
   const char *name;

@@ -52,6 +52,11 @@ int cmd_traces(int argc, char **argv) {
   enum mtpq_backend be;
   int brc = cli_backend(cmd, cli_str(traces_opts, &a, "backend"), &be);
   if (brc) return brc;
+  if (!*out) return cli_usage_error(cmd, "--out is empty");
+  if (!cli_plot_dir_ok(out)) { /* before the target runs */
+    cli_error("%s: cannot write there (its directory is missing or not writable)", out);
+    return MTPQ_EXIT_IO;
+  }
   struct stat sb;
   if (!cli_has(traces_opts, &a, "force") && stat(out, &sb) == 0) {
     cli_error("%s exists; pass --force to replace it", out);

@@ -229,6 +229,14 @@ run q_acc 0 $Q --out "$SCRATCH/qb" --force --base-model org/other --acceptance "
   grep -q '^mtpq quantize .*--acceptance .*mine.json$' "$SCRATCH/qb/README.md" &&
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL q_acc card: $(sed -n '/Measured/,/Provenance/p' "$SCRATCH/qb/README.md")"; }
 
+# output paths whose directory is missing: refused before the work (exit 3), nothing written
+run bv_nodir 3 "$MTPQ" build-vocab -t "$MODEL/tokenizer.json" -c "$C/prose_train.tsv" -n 20000 --out "$SCRATCH/no/dv" &&
+  has bv_nodir err "no/dv: cannot write there \(its directory is missing"
+printf 'hello world\n' > "$SCRATCH/p.txt"
+run tr_nodir 3 "$MTPQ" traces --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -n 2 --out "$SCRATCH/no/t.st" &&
+  has tr_nodir err "no/t.st: cannot write there" && [ ! -e "$SCRATCH/no" ] && pass=$((pass + 1)) ||
+  { fail=$((fail + 1)); echo "FAIL tr_nodir: $SCRATCH/no exists"; }
+
 # verify-bitexact --requantize takes the recipe from an mtpq reference's manifest: a repo made with --arith cpu
 # and ModelOpt's qtensor FP8 recipe verifies without options; options that differ are said to
 run q_cpu 0 $Q --out "$SCRATCH/qcpu" --arith cpu --fp8-recipe modelopt-qtensor
