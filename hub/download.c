@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "hub/answers.h"
 #include "hub/http.h"
 #include "hub/tree.h"
 #include "io/util.h"
@@ -28,24 +29,6 @@ int hub_valid_repo(const char *r) {
           (*c >= 'A' && *c <= 'Z')))
       return 0;
   return strstr(r, "..") == NULL;
-}
-
-static int valid_path(const char *p) {
-  if (!*p || *p == '/' || strlen(p) > 900) return 0;
-  for (const char *s = p; *s;) { /* no "." or ".." component, no empty one */
-    size_t n = strcspn(s, "/");
-    if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) return 0;
-    s += n;
-    if (*s) s++;
-  }
-  return 1;
-}
-
-static int is_hex(const char *s, size_t n) {
-  if (strlen(s) != n) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
-  return 1;
 }
 
 enum mtpq_status hub_mkdirs(const char *path, struct mtpq_err *err) {
@@ -99,41 +82,7 @@ enum mtpq_status hub_list_tree(const struct mtpq_hub_env *env, const char *repo,
   for (int page = 0; url[0] && !st; page++) {
     struct hub_resp r;
     if ((st = hub_get(env, url, &r, err))) break;
-    cJSON *j = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err);
-    if (!j)
-      st = MTPQ_E_SERVER;
-    else if (!cJSON_IsArray(j))
-      st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: the tree listing is not a JSON array", url);
-    cJSON *it;
-    cJSON_ArrayForEach(it, j) {
-      if (st) break;
-      const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(it, "type"));
-      if (!type || strcmp(type, "file") != 0) continue;
-      const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(it, "path"));
-      const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(it, "oid"));
-      cJSON *sz = cJSON_GetObjectItem(it, "size"), *lfs = cJSON_GetObjectItem(it, "lfs");
-      const char *loid = lfs ? cJSON_GetStringValue(cJSON_GetObjectItem(lfs, "oid")) : NULL;
-      if (!path || !cJSON_IsNumber(sz) || sz->valuedouble < 0 || (!oid && !loid)) {
-        st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: tree entry without path, size or oid", url);
-        break;
-      }
-      const char *etag = loid ? loid : oid;
-      if (!valid_path(path) || !(is_hex(etag, 64) || is_hex(etag, 40))) {
-        st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: unsafe path '%s' or malformed oid '%s'", url, path, etag);
-        break;
-      }
-      if (n == cap) {
-        cap = cap ? 2 * cap : 64;
-        struct entry *ne = realloc(e, (size_t)cap * sizeof *e);
-        if (!ne) {
-          st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-          break;
-        }
-        e = ne;
-      }
-      e[n++] = (struct entry){strdup(path), strdup(etag), (uint64_t)sz->valuedouble, loid != NULL};
-    }
-    cJSON_Delete(j);
+    st = hub_parse_tree_page(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, &e, &n, &cap, err);
     snprintf(url, sizeof url, "%s", r.link_next);
     hub_resp_free(&r);
     if (page > 100000) st = mtpq_err_set(err, MTPQ_E_SERVER, "tree listing does not end");
@@ -148,7 +97,7 @@ enum mtpq_status hub_list_tree(const struct mtpq_hub_env *env, const char *repo,
 
 enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *repo, const char *rev,
                                        char *commit, struct mtpq_err *err) {
-  if (is_hex(rev, 40)) {
+  if (hub_is_hex(rev, 40)) {
     memcpy(commit, rev, 41);
     return MTPQ_OK;
   }
@@ -161,14 +110,7 @@ enum mtpq_status hub_resolve_commit(const struct mtpq_hub_env *env, const char *
   struct hub_resp r;
   enum mtpq_status st = hub_get(env, url, &r, err);
   if (st) return st;
-  cJSON *j = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err);
-  const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(j, "sha"));
-  if (!j)
-    st = MTPQ_E_SERVER;
-  else if (!sha || !is_hex(sha, 40))
-    st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no 40-hex \"sha\" in the answer", url);
-  else memcpy(commit, sha, 41);
-  cJSON_Delete(j);
+  st = hub_parse_revision(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, commit, err);
   hub_resp_free(&r);
   return st;
 }
@@ -331,7 +273,7 @@ void hub_repo_dir(const struct mtpq_hub_env *env, const char *repo, char *out, s
 
 enum mtpq_status hub_cached_commit(const struct mtpq_hub_env *env, const char *repo, const char *rev, char *commit,
                                    struct mtpq_err *err) {
-  if (is_hex(rev, 40)) {
+  if (hub_is_hex(rev, 40)) {
     memcpy(commit, rev, 41);
     return MTPQ_OK;
   }
@@ -342,7 +284,7 @@ enum mtpq_status hub_cached_commit(const struct mtpq_hub_env *env, const char *r
   size_t n = f ? fread(commit, 1, 40, f) : 0;
   if (f) fclose(f);
   commit[n] = 0;
-  if (!is_hex(commit, 40))
+  if (!hub_is_hex(commit, 40))
     return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set and the cache has no ref '%s' of %s (%s)", rev, repo,
                         p);
   return MTPQ_OK;

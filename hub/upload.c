@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "io/json.h"
+#include "hub/answers.h"
 #include "hub/http.h"
 #include "hub/tree.h"
 #include "io/util.h"
@@ -145,26 +146,15 @@ static enum mtpq_status preupload(const struct mtpq_hub_env *env, const struct m
     if (!st) st = post_json(env, url, "application/json", j, 1, &r, err);
     cJSON_Delete(j);
     if (st) break;
-    cJSON *ans = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err), *it;
-    if (!ans) {
-      hub_resp_free(&r);
-      st = MTPQ_E_SERVER;
-      break;
-    }
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(ans, "files")) {
-      const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(it, "path"));
-      const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(it, "uploadMode"));
-      const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(it, "oid"));
-      for (int i = b; path && i < e; i++) {
-        if (strcmp(f[i].path, path) != 0) continue;
-        /* empty files are always regular: S3 refuses empty LFS objects */
-        f[i].lfs = mode && strcmp(mode, "lfs") == 0 && f[i].size > 0;
-        f[i].skip = cJSON_IsTrue(cJSON_GetObjectItem(it, "shouldIgnore"));
-        if (oid) snprintf(f[i].remote, sizeof f[i].remote, "%s", oid);
-      }
-    }
-    cJSON_Delete(ans);
+    struct hub_preupload pa[BATCH];
+    for (int i = b; i < e; i++) pa[i - b] = (struct hub_preupload){f[i].path, 0, 0, ""};
+    st = hub_parse_preupload(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, pa, e - b, err);
     hub_resp_free(&r);
+    for (int i = b; i < e && !st; i++) {
+      f[i].lfs = pa[i - b].lfs && f[i].size > 0; /* empty files are always regular: S3 refuses empty LFS objects */
+      f[i].skip = pa[i - b].skip;
+      memcpy(f[i].remote, pa[i - b].remote, sizeof f[i].remote);
+    }
   }
   return st;
 }
@@ -180,53 +170,33 @@ static enum mtpq_status put_part(const struct mtpq_hub_env *env, const char *hre
 }
 
 /* A per-object refusal in the batch answer ({"error": {code, message}}). */
-static enum mtpq_status object_error(const struct ufile *u, cJSON *e, struct mtpq_err *err) {
-  const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(e, "message"));
-  return mtpq_err_set(err, MTPQ_E_SERVER, "%s: the LFS batch refused object %s: %d %s", u->path, u->oid,
-                      (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "code")), m ? m : "");
+static enum mtpq_status object_error(const struct ufile *u, const struct hub_lfs_plan *p, struct mtpq_err *err) {
+  return mtpq_err_set(err, MTPQ_E_SERVER, "%s: the LFS batch refused object %s: %d %s", u->path, u->oid, p->error_code,
+                      p->error_msg);
 }
 
-/* One object of the batch answer: skip, basic PUT, or multipart. */
+/* One object of the batch answer, planned (hub_parse_lfs_object): skip,
+ * basic PUT, or multipart. */
 static enum mtpq_status send_object(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o,
-                                    const struct ufile *u, cJSON *obj, struct mtpq_upload_result *res,
+                                    const struct ufile *u, const struct hub_lfs_plan *p, struct mtpq_upload_result *res,
                                     struct mtpq_err *err) {
-  cJSON *act = cJSON_GetObjectItem(obj, "actions");
-  cJSON *up = cJSON_GetObjectItem(act, "upload");
-  if (!up) {
+  if (p->present) {
     res->lfs_present++;
     return MTPQ_OK;
   }
-  const char *href = cJSON_GetStringValue(cJSON_GetObjectItem(up, "href"));
-  if (!href) return mtpq_err_set(err, MTPQ_E_SERVER, "%s: upload action without href", u->path);
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", o->dir, u->path);
   FILE *fp = fopen(path, "rb");
   if (!fp) return mtpq_err_set(err, MTPQ_E_IO_OPEN, "%s: %s", path, strerror(errno));
   enum mtpq_status st = MTPQ_OK;
-  cJSON *hdr = cJSON_GetObjectItem(up, "header");
-  const char *cs = cJSON_GetStringValue(cJSON_GetObjectItem(hdr, "chunk_size"));
-  if (cs) { /* multipart: parts "00001".. in numeric order, then completion on the Hub without auth */
-    uint64_t chunk = strtoull(cs, NULL, 10), parts = chunk ? (u->size + chunk - 1) / chunk : 0;
+  if (p->chunk) { /* multipart: the parts in order, then the completion on the Hub without auth */
     cJSON *done = cJSON_CreateObject(), *plist;
     cJSON_AddStringToObject(done, "oid", u->oid);
     plist = cJSON_AddArrayToObject(done, "parts");
-    int have = 0;
-    cJSON *h;
-    cJSON_ArrayForEach(h, hdr) if (strcmp(h->string, "chunk_size") != 0) have++;
-    if (!chunk || (uint64_t)have != parts)
-      st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: multipart offer has %d part URLs for %llu parts of %llu bytes",
-                        u->path, have, (unsigned long long)parts, (unsigned long long)chunk);
-    for (uint64_t i = 1; i <= parts && !st; i++) {
-      const char *purl = NULL;
-      cJSON_ArrayForEach(h, hdr) if (strcmp(h->string, "chunk_size") != 0 && strtoull(h->string, NULL, 10) == i)
-          purl = cJSON_GetStringValue(h);
-      if (!purl) {
-        st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no URL for part %llu", u->path, (unsigned long long)i);
-        break;
-      }
-      uint64_t off = (i - 1) * chunk, len = off + chunk > u->size ? u->size - off : chunk;
+    for (uint64_t i = 1; i <= p->nparts && !st; i++) {
+      uint64_t off = (i - 1) * p->chunk, len = off + p->chunk > u->size ? u->size - off : p->chunk;
       char etag[160];
-      st = put_part(env, purl, fp, off, len, etag, sizeof etag, err);
+      st = put_part(env, p->parts[i - 1], fp, off, len, etag, sizeof etag, err);
       if (!st) {
         cJSON *pe = cJSON_CreateObject();
         cJSON_AddNumberToObject(pe, "partNumber", (double)i);
@@ -239,23 +209,21 @@ static enum mtpq_status send_object(const struct mtpq_hub_env *env, const struct
     if (!st) {
       struct mtpq_hub_env noauth = *env; /* the completion carries no token */
       noauth.token[0] = 0;
-      st = post_json(&noauth, href, "application/vnd.git-lfs+json", done, 1, &r, err);
+      st = post_json(&noauth, p->href, "application/vnd.git-lfs+json", done, 1, &r, err);
       if (!st) hub_resp_free(&r);
     }
     cJSON_Delete(done);
   } else {
-    st = put_part(env, href, fp, 0, u->size, NULL, 0, err);
+    st = put_part(env, p->href, fp, 0, u->size, NULL, 0, err);
     if (!st) res->bytes_sent += u->size;
   }
   fclose(fp);
-  cJSON *verify = cJSON_GetObjectItem(act, "verify");
-  const char *vh = cJSON_GetStringValue(cJSON_GetObjectItem(verify, "href"));
-  if (!st && vh) {
+  if (!st && p->verify) {
     cJSON *v = cJSON_CreateObject();
     cJSON_AddStringToObject(v, "oid", u->oid);
     cJSON_AddNumberToObject(v, "size", (double)u->size);
     struct hub_resp r;
-    st = post_json(env, vh, "application/vnd.git-lfs+json", v, 1, &r, err);
+    st = post_json(env, p->verify, "application/vnd.git-lfs+json", v, 1, &r, err);
     if (!st) hub_resp_free(&r);
     cJSON_Delete(v);
   }
@@ -306,10 +274,16 @@ static enum mtpq_status lfs_batch(const struct mtpq_hub_env *env, const struct m
       for (int k = 0; oid && k < m && !st; k++) {
         if (strcmp(f[idx[k]].oid, oid) != 0) continue;
         seen++;
-        cJSON *e = cJSON_GetObjectItem(ob, "error");
+        struct hub_lfs_plan plan;
+        char label[4200];
+        snprintf(label, sizeof label, "%s", f[idx[k]].path);
+        st = hub_parse_lfs_object(ob, f[idx[k]].size, label, &plan, err);
         /* a refused object does not stop the others: the rerun sends only it */
-        if (e && !nrefused++) refused = object_error(&f[idx[k]], e, &first);
-        else if (!e) st = send_object(env, o, &f[idx[k]], ob, res, err);
+        if (!st && plan.error && !nrefused++)
+          refused = object_error(&f[idx[k]], &plan, &first);
+        else if (!st && !plan.error)
+          st = send_object(env, o, &f[idx[k]], &plan, res, err);
+        free(plan.parts);
       }
       if (st) break;
     }
@@ -405,19 +379,9 @@ static enum mtpq_status commit(const struct mtpq_hub_env *env, const struct mtpq
     curl_free(rev);
   }
   if (st) return st;
-  cJSON *ans = mtpq__json_parse(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, MTPQ_E_SERVER, err);
-  const char *oid = cJSON_GetStringValue(cJSON_GetObjectItem(ans, "commitOid"));
-  const char *cu = cJSON_GetStringValue(cJSON_GetObjectItem(ans, "commitUrl"));
-  if (!ans)
-    st = MTPQ_E_SERVER;
-  else if (!oid || strlen(oid) != 40)
-    st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: no commitOid in the answer", url);
-  else {
-    memcpy(res->commit, oid, 41);
-    snprintf(res->url, sizeof res->url, "%s", cu ? cu : "");
-    res->committed = 1;
-  }
-  cJSON_Delete(ans);
+  st = hub_parse_commit(r.body ? r.body : "", r.body ? strlen(r.body) : 0, url, res->commit, res->url, sizeof res->url,
+                        err);
+  if (!st) res->committed = 1;
   hub_resp_free(&r);
   return st;
 }
