@@ -40,27 +40,21 @@ static long index_at(const char *s) {
   return *p == '.' ? v : -1;
 }
 
-/* Track the maximum index seen + 1 (indices are dense in practice; the
- * distinct count is what we report, so we mark a small bitmap). */
+/* The distinct indices seen (layers, experts): a bitmap with room for
+ * 8192, on the stack, so describing never allocates and never fails
+ * (checkpoints have at most a few hundred of either; larger indices are not
+ * counted). */
+#define IDX_MAX 8192
 struct idxset {
-  unsigned char *seen;
-  long cap;
+  unsigned char seen[IDX_MAX / 8];
   int count;
 };
 
 static void idx_add(struct idxset *s, long v) {
-  if (v < 0 || v >= 1 << 20) return;
-  if (v >= s->cap) {
-    long nc = s->cap ? s->cap : 64;
-    while (nc <= v) nc *= 2;
-    unsigned char *n = realloc(s->seen, (size_t)nc);
-    if (!n) return;
-    memset(n + s->cap, 0, (size_t)(nc - s->cap));
-    s->seen = n;
-    s->cap = nc;
-  }
-  if (!s->seen[v]) {
-    s->seen[v] = 1;
+  if (v < 0 || v >= IDX_MAX) return;
+  const unsigned char bit = (unsigned char)(1u << (v & 7));
+  if (!(s->seen[v >> 3] & bit)) {
+    s->seen[v >> 3] |= bit;
     s->count++;
   }
 }
@@ -117,9 +111,6 @@ void mtpq_model_describe(const struct mtpq_repo *r, const struct mtpq_model_conf
   d->trunk_layers = trunk.count;
   d->mtp_layers = mtp.count;
   if (d->expert_layout == MTPQ_EXPERTS_PER_EXPERT) d->mtp_experts = experts.count;
-  free(trunk.seen);
-  free(mtp.seen);
-  free(experts.seen);
 
   if (cfg && cfg->model_type[0]) d->family = family_from_type(cfg->model_type);
   if (d->family == MTPQ_FAMILY_UNKNOWN && (d->trunk_layers || d->mtp_layers)) {

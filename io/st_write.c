@@ -205,7 +205,7 @@ static enum mtpq_status build_header(struct mtpq_st_writer *w, struct mtpq__buf 
     sb_str(b, "]}");
   }
   mtpq__buf_put(b, "}", 1);
-  while (b->n % 8) mtpq__buf_put(b, " ", 1);
+  while (!b->oom && b->n % 8) mtpq__buf_put(b, " ", 1); /* (an out-of-memory buffer no longer grows) */
   if (b->oom) return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: out of memory", w->path);
   return MTPQ_OK;
 }

@@ -283,28 +283,37 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 /* Relative paths of the regular files under root/rel (one level of
  * subdirectories is all a drafter repo has: vllm_plugin/mtpq_vllm). */
-static void list_files(const char *root, const char *rel, char **names, size_t *nn, size_t cap) {
+static int list_files(const char *root, const char *rel, char **names, size_t *nn, size_t cap) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s%s%s", root, rel[0] ? "/" : "", rel);
   DIR *d = opendir(dir);
-  if (!d) return;
+  if (!d) return -1;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL && *nn < cap) {
+  int rc = 0;
+  while (!rc && (e = readdir(d)) != NULL && *nn < cap) {
     if (e->d_name[0] == '.') continue;
     char r[4096], full[8192];
     snprintf(r, sizeof r, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
     snprintf(full, sizeof full, "%s/%s", root, r);
-    if (mtpq__is_dir(full)) list_files(root, r, names, nn, cap);
-    else names[(*nn)++] = mtpq__strdup(r);
+    if (mtpq__is_dir(full))
+      rc = list_files(root, r, names, nn, cap);
+    else if (!(names[*nn] = mtpq__strdup(r)))
+      rc = -1; /* (a file left out of the manifest would go unnoticed) */
+    else
+      ++*nn;
   }
   closedir(d);
+  return rc;
 }
 
 static enum mtpq_status write_manifest(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
                                        const char *dir, struct mtpq_err *err) {
   char *names[1024];
   size_t nn = 0;
-  list_files(dir, "", names, &nn, 1024);
+  if (list_files(dir, "", names, &nn, 1024)) {
+    for (size_t i = 0; i < nn; i++) free(names[i]);
+    return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: cannot list the repo's files (out of memory)", dir);
+  }
   qsort(names, nn, sizeof *names, cmp_str);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "created_by", "mtpq quantize");

@@ -423,7 +423,10 @@ enum mtpq_status mtpq_tokenizer_load(const char *path, struct mtpq_tokenizer **o
     t->is_added[x->id] = 1;
     if (memchr(x->text, '\n', x->len)) t->newline_in_added = 1;
     if (!t->bytes[x->id]) { /* an added id outside the vocab: its bytes are its content */
-      t->bytes[x->id] = (unsigned char *)mtpq__strdup((const char *)x->text);
+      if (!(t->bytes[x->id] = (unsigned char *)mtpq__strdup((const char *)x->text))) {
+        st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+        break;
+      }
       t->blen[x->id] = x->len;
       t->vchars[x->id] = 0;
       for (size_t i = 0; i < x->len;) {
