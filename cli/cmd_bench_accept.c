@@ -341,6 +341,9 @@ int cmd_bench_accept(int argc, char **argv) {
          ci_all[0].units, MTPQ_BOOTSTRAP_ITERS);
   printf("MAL = mean acceptance length (1 + accepted / drafts); cond = P(draft i accepted | drafts before it "
          "accepted); pos = accepted at position i / drafts (vLLM's per-position rate)\n");
+  if (be == MTPQ_BACKEND_CPU)
+    printf("the CPU backend is the float32 scalar reference: its timings (step us, round us, tok/s) say nothing of a "
+           "GPU's, where the quantized drafter's step is the faster one (tests/bench/PERFORMANCE.md)\n");
   printf("step us = drafter wall time per drafted token (the head on the catch-up output, then steps 2..k in one "
          "draft call); round us = drafter time per round (drafting + catching up on the verified slots, the prompt "
          "pass left out); tok/s = drafted tokens / drafter time; the difference rows give stock / this (speedup)\n");

@@ -190,6 +190,10 @@ if p2.returncode == 0 and p3.returncode == 0:
     check(strip(a2) == strip(a3) and list(a3["domains"]) == ["code"], f"--prompts vs --traces: {a2} {a3}")
     print(f"bench-acceptance --prompts (2 JSONL prompts, 24 tokens each): MAL {a3['all']['mean_acceptance_length']:.4f}"
           f", the same as mtpq traces + --traces")
+    # the text report on the CPU backend says its timings are the reference's
+    p5 = run("bench-acceptance", "--backend", "cpu", "--target", TMD, "--traces", tr)
+    check(p5.returncode == 0 and "the CPU backend is the float32 scalar reference" in p5.stdout,
+          f"text report: {p5.stdout[-600:]}")
 
 # ---- bench-decode (the live loop): its greedy acceptance equals the replay of mtpq traces' traces of the same
 # prompts, and its outputs equal the outputs without speculation ----
