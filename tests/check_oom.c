@@ -170,8 +170,7 @@ struct scenario {
   const char *name;
   enum mtpq_status (*run)(void);
   int writes; /* its output goes under scratch: removed after a success, absent after a failure */
-  int cjson;  /* cJSON's allocations fail too (parsing only: the JSON writers do not check cJSON's
-                 allocations yet, so the quantize scenario keeps cJSON's own allocator) */
+  int cjson;  /* cJSON's allocations fail too */
 };
 
 int main(int argc, char **argv) {
@@ -207,7 +206,7 @@ int main(int argc, char **argv) {
   static const struct scenario sc[] = {
       {"safetensors", sc_safetensors, 0, 1}, {"repo", sc_repo, 0, 1},     {"json", sc_json, 0, 1},
       {"traces", sc_traces, 0, 1},           {"verify", sc_verify, 0, 1}, {"tokenizer", sc_tokenizer, 0, 1},
-      {"quantize", sc_quantize, 1, 0},
+      {"quantize", sc_quantize, 1, 1},
   };
   cJSON_Hooks plain = {NULL, NULL};
   int bad = 0;
