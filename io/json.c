@@ -36,3 +36,20 @@ cJSON *mtpq__json_parse(const char *s, size_t n, const char *label, enum mtpq_st
   }
   return root;
 }
+
+static _Thread_local int jb_failed;
+void mtpq__jb_reset(void) { jb_failed = 0; }
+int mtpq__jb_failed(void) { return jb_failed; }
+cJSON *mtpq__jb(cJSON *x) {
+  if (!x) jb_failed = 1;
+  return x;
+}
+void mtpq__jb_ok(int ok) {
+  if (!ok) jb_failed = 1;
+}
+void mtpq__jb_add(cJSON *o, const char *k, cJSON *item) {
+  if (!item || !(k ? cJSON_AddItemToObject(o, k, item) : cJSON_AddItemToArray(o, item))) {
+    cJSON_Delete(item);
+    jb_failed = 1;
+  }
+}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json.h"
 #include "io/util.h"
 #include "quant/card.h"
 #include "quant/drafter_priv.h"
@@ -14,28 +15,9 @@
 
 #include <sys/stat.h>
 
-/* cJSON's Add and Create functions return NULL (false) when an allocation
- * fails, leaving the object without the item. Every item of the files
- * written here goes through J() or jp(), which remember a failure, and
- * write_json refuses to write an object built after one: a config.json or
- * manifest is never written with a field missing. Reset by
- * mtpq__drafter_meta for each repo (per thread). */
-static _Thread_local int json_failed;
-#define J(x) ((void)((x) ? 0 : (json_failed = 1)))
-static cJSON *jp(cJSON *x) {
-  if (!x) json_failed = 1;
-  return x;
-}
-/* item into o under k (o an array: k NULL); an item that cannot be added is freed */
-static void add_item(cJSON *o, const char *k, cJSON *item) {
-  if (!item || !(k ? cJSON_AddItemToObject(o, k, item) : cJSON_AddItemToArray(o, item))) {
-    cJSON_Delete(item);
-    json_failed = 1;
-  }
-}
-
 static enum mtpq_status write_json(const char *dir, const char *name, cJSON *j, struct mtpq_err *err) {
-  if (json_failed || !j) return mtpq_err_set(err, MTPQ_E_NOMEM, "%s/%s: out of memory while building it", dir, name);
+  if (mtpq__jb_failed() || !j)
+    return mtpq_err_set(err, MTPQ_E_NOMEM, "%s/%s: out of memory while building it", dir, name);
   char *txt = cJSON_Print(j);
   char *path = mtpq__path_join(dir, name);
   enum mtpq_status st;
@@ -54,42 +36,42 @@ static const char *algo_of(enum mtpq_item_kind k) { return k == MTPQ_ITEM_NVFP4 
 
 /* {"quant_algo": "FP8"} or {"quant_algo": "NVFP4", "group_size": 16} */
 static cJSON *layer_entry(enum mtpq_item_kind k) {
-  cJSON *e = jp(cJSON_CreateObject());
-  J(cJSON_AddStringToObject(e, "quant_algo", algo_of(k)));
-  if (k == MTPQ_ITEM_NVFP4) J(cJSON_AddNumberToObject(e, "group_size", 16));
+  cJSON *e = mtpq__jb(cJSON_CreateObject());
+  MTPQ_JB(cJSON_AddStringToObject(e, "quant_algo", algo_of(k)));
+  if (k == MTPQ_ITEM_NVFP4) MTPQ_JB(cJSON_AddNumberToObject(e, "group_size", 16));
   return e;
 }
 
 static cJSON *quantized_layers(const struct mtpq_plan *pl) {
-  cJSON *m = jp(cJSON_CreateObject());
+  cJSON *m = mtpq__jb(cJSON_CreateObject());
   for (size_t i = 0; i < pl->n; i++)
-    if (pl->items[i].kind != MTPQ_ITEM_COPY) add_item(m, pl->items[i].name, layer_entry(pl->items[i].kind));
+    if (pl->items[i].kind != MTPQ_ITEM_COPY) mtpq__jb_add(m, pl->items[i].name, layer_entry(pl->items[i].kind));
   return m;
 }
 
 static cJSON *activation_group(int bits) {
-  cJSON *g = jp(cJSON_CreateObject());
-  J(cJSON_AddBoolToObject(g, "dynamic", 0));
-  J(cJSON_AddNumberToObject(g, "num_bits", bits));
-  J(cJSON_AddStringToObject(g, "type", "float"));
-  if (bits == 4) J(cJSON_AddNumberToObject(g, "group_size", 16));
+  cJSON *g = mtpq__jb(cJSON_CreateObject());
+  MTPQ_JB(cJSON_AddBoolToObject(g, "dynamic", 0));
+  MTPQ_JB(cJSON_AddNumberToObject(g, "num_bits", bits));
+  MTPQ_JB(cJSON_AddStringToObject(g, "type", "float"));
+  if (bits == 4) MTPQ_JB(cJSON_AddNumberToObject(g, "group_size", 16));
   return g;
 }
 
 static cJSON *quantization_config(const struct mtpq_plan *pl) {
-  cJSON *q = jp(cJSON_CreateObject());
-  J(cJSON_AddStringToObject(q, "quant_method", "modelopt"));
-  J(cJSON_AddStringToObject(q, "quant_algo", "MIXED_PRECISION"));
-  add_item(q, "quantized_layers", quantized_layers(pl));
-  add_item(q, "ignore", cJSON_CreateArray());
-  cJSON *groups = jp(cJSON_AddObjectToObject(q, "config_groups"));
+  cJSON *q = mtpq__jb(cJSON_CreateObject());
+  MTPQ_JB(cJSON_AddStringToObject(q, "quant_method", "modelopt"));
+  MTPQ_JB(cJSON_AddStringToObject(q, "quant_algo", "MIXED_PRECISION"));
+  mtpq__jb_add(q, "quantized_layers", quantized_layers(pl));
+  mtpq__jb_add(q, "ignore", cJSON_CreateArray());
+  cJSON *groups = mtpq__jb(cJSON_AddObjectToObject(q, "config_groups"));
   int gi = 0;
   for (int pass = 0; pass < 2; pass++) {
     enum mtpq_item_kind want = pass == 0 ? MTPQ_ITEM_FP8 : MTPQ_ITEM_NVFP4;
-    cJSON *targets = jp(cJSON_CreateArray());
+    cJSON *targets = mtpq__jb(cJSON_CreateArray());
     for (size_t i = 0; i < pl->n; i++) {
       enum mtpq_item_kind k = pl->items[i].kind == MTPQ_ITEM_HEAD ? MTPQ_ITEM_FP8 : pl->items[i].kind;
-      if (k == want) add_item(targets, NULL, cJSON_CreateString(pl->items[i].name));
+      if (k == want) mtpq__jb_add(targets, NULL, cJSON_CreateString(pl->items[i].name));
     }
     if (cJSON_GetArraySize(targets) == 0) {
       cJSON_Delete(targets);
@@ -97,14 +79,14 @@ static cJSON *quantization_config(const struct mtpq_plan *pl) {
     }
     char key[24];
     snprintf(key, sizeof key, "group_%d", gi++);
-    cJSON *g = jp(cJSON_AddObjectToObject(groups, key));
-    add_item(g, "input_activations", activation_group(pass == 0 ? 8 : 4));
-    add_item(g, "weights", activation_group(pass == 0 ? 8 : 4));
-    add_item(g, "targets", targets);
+    cJSON *g = mtpq__jb(cJSON_AddObjectToObject(groups, key));
+    mtpq__jb_add(g, "input_activations", activation_group(pass == 0 ? 8 : 4));
+    mtpq__jb_add(g, "weights", activation_group(pass == 0 ? 8 : 4));
+    mtpq__jb_add(g, "targets", targets);
   }
-  cJSON *prod = jp(cJSON_AddObjectToObject(q, "producer"));
-  J(cJSON_AddStringToObject(prod, "name", "mtpq"));
-  J(cJSON_AddStringToObject(prod, "version", MTPQ_VERSION));
+  cJSON *prod = mtpq__jb(cJSON_AddObjectToObject(q, "producer"));
+  MTPQ_JB(cJSON_AddStringToObject(prod, "name", "mtpq"));
+  MTPQ_JB(cJSON_AddStringToObject(prod, "version", MTPQ_VERSION));
   return q;
 }
 
@@ -336,40 +318,40 @@ static enum mtpq_status write_manifest(const struct mtpq_drafter_params *p, cons
     return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: cannot list the repo's files (out of memory)", dir);
   }
   qsort(names, nn, sizeof *names, cmp_str);
-  cJSON *m = jp(cJSON_CreateObject());
-  J(cJSON_AddStringToObject(m, "created_by", "mtpq quantize"));
-  J(cJSON_AddStringToObject(m, "mtpq_version", MTPQ_VERSION));
-  cJSON *t = jp(cJSON_AddObjectToObject(m, "target"));
+  cJSON *m = mtpq__jb(cJSON_CreateObject());
+  MTPQ_JB(cJSON_AddStringToObject(m, "created_by", "mtpq quantize"));
+  MTPQ_JB(cJSON_AddStringToObject(m, "mtpq_version", MTPQ_VERSION));
+  cJSON *t = mtpq__jb(cJSON_AddObjectToObject(m, "target"));
   char base[512], rev[64];
   mtpq_drafter_base_model(p->target, p->base_model, base, sizeof base, rev, sizeof rev);
-  J(cJSON_AddStringToObject(t, "path", p->target));
-  J(cJSON_AddStringToObject(t, "base_model", base));
+  MTPQ_JB(cJSON_AddStringToObject(t, "path", p->target));
+  MTPQ_JB(cJSON_AddStringToObject(t, "base_model", base));
   const char *rv = p->revision && *p->revision ? p->revision : rev;
   if (*rv)
-    J(cJSON_AddStringToObject(t, "revision", rv));
+    MTPQ_JB(cJSON_AddStringToObject(t, "revision", rv));
   else
-    J(cJSON_AddNullToObject(t, "revision")); /* a local directory: no Hub commit known */
-  J(cJSON_AddStringToObject(t, "family", pl->family));
-  J(cJSON_AddStringToObject(m, "vocab_ids", p->vocab_ids));
-  cJSON *r = jp(cJSON_AddObjectToObject(m, "recipe"));
-  J(cJSON_AddStringToObject(r, "experts", "NVFP4 per expert, gate/up share the global scale"));
-  J(cJSON_AddNumberToObject(r, "expert_input_scale_gate_up", pl->expert_input_scale_gate_up));
-  J(cJSON_AddNumberToObject(r, "expert_input_scale_down", pl->expert_input_scale_down));
-  J(cJSON_AddStringToObject(r, "draft_linears", mtpq_format_get(p->fp8_format)->name));
-  J(cJSON_AddNumberToObject(r, "fp8_input_scale", p->fp8_input_scale));
-  J(cJSON_AddStringToObject(r, "draft_head", "FP8 per tensor, rows of the target head for the ids"));
-  J(cJSON_AddStringToObject(r, "kept_bf16", "router, shared_expert_gate, norms"));
-  J(cJSON_AddStringToObject(m, "arith", p->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu"));
-  cJSON *files = jp(cJSON_AddObjectToObject(m, "files"));
+    MTPQ_JB(cJSON_AddNullToObject(t, "revision")); /* a local directory: no Hub commit known */
+  MTPQ_JB(cJSON_AddStringToObject(t, "family", pl->family));
+  MTPQ_JB(cJSON_AddStringToObject(m, "vocab_ids", p->vocab_ids));
+  cJSON *r = mtpq__jb(cJSON_AddObjectToObject(m, "recipe"));
+  MTPQ_JB(cJSON_AddStringToObject(r, "experts", "NVFP4 per expert, gate/up share the global scale"));
+  MTPQ_JB(cJSON_AddNumberToObject(r, "expert_input_scale_gate_up", pl->expert_input_scale_gate_up));
+  MTPQ_JB(cJSON_AddNumberToObject(r, "expert_input_scale_down", pl->expert_input_scale_down));
+  MTPQ_JB(cJSON_AddStringToObject(r, "draft_linears", mtpq_format_get(p->fp8_format)->name));
+  MTPQ_JB(cJSON_AddNumberToObject(r, "fp8_input_scale", p->fp8_input_scale));
+  MTPQ_JB(cJSON_AddStringToObject(r, "draft_head", "FP8 per tensor, rows of the target head for the ids"));
+  MTPQ_JB(cJSON_AddStringToObject(r, "kept_bf16", "router, shared_expert_gate, norms"));
+  MTPQ_JB(cJSON_AddStringToObject(m, "arith", p->arith == MTPQ_ARITH_CUDA ? "cuda" : "cpu"));
+  cJSON *files = mtpq__jb(cJSON_AddObjectToObject(m, "files"));
   enum mtpq_status st = MTPQ_OK;
   for (size_t i = 0; i < nn && !st; i++) {
     char *path = mtpq__path_join(dir, names[i]), hex[65];
     uint64_t len = 0; /* streamed: shards can be GBs */
     st = path ? mtpq__file_digest(path, 0, hex, &len, err) : mtpq_err_set(err, MTPQ_E_NOMEM, "oom");
     if (!st) {
-      cJSON *f = jp(cJSON_AddObjectToObject(files, names[i]));
-      J(cJSON_AddNumberToObject(f, "bytes", (double)len));
-      J(cJSON_AddStringToObject(f, "sha256", hex));
+      cJSON *f = mtpq__jb(cJSON_AddObjectToObject(files, names[i]));
+      MTPQ_JB(cJSON_AddNumberToObject(f, "bytes", (double)len));
+      MTPQ_JB(cJSON_AddStringToObject(f, "sha256", hex));
     }
     free(path);
   }
@@ -399,24 +381,24 @@ static enum mtpq_status write_plugin(const char *dir, struct mtpq_err *err) {
 enum mtpq_status mtpq__drafter_meta(const struct mtpq_drafter_params *p, const struct mtpq_plan *pl,
                                     const char *dir, struct mtpq_err *err) {
   struct drafter_priv *pv = pl->priv;
-  json_failed = 0;
+  mtpq__jb_reset();
   cJSON *cfg = cJSON_Duplicate((cJSON *)pv->cfg.json, 1);
   if (!cfg) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
   cJSON_DeleteItemFromObjectCaseSensitive(cfg, "mtp_draft_vocab_size");
-  J(cJSON_AddNumberToObject(cfg, "mtp_draft_vocab_size", (double)pv->n_ids));
-  add_item(cfg, "quantization_config", quantization_config(pl));
+  MTPQ_JB(cJSON_AddNumberToObject(cfg, "mtp_draft_vocab_size", (double)pv->n_ids));
+  mtpq__jb_add(cfg, "quantization_config", quantization_config(pl));
   enum mtpq_status st = write_json(dir, "config.json", cfg, err);
   cJSON_Delete(cfg);
   if (st) return st;
-  cJSON *hq = jp(cJSON_CreateObject());
-  cJSON *prod = jp(cJSON_AddObjectToObject(hq, "producer"));
-  J(cJSON_AddStringToObject(prod, "name", "mtpq"));
-  J(cJSON_AddStringToObject(prod, "version", MTPQ_VERSION));
-  cJSON *q = jp(cJSON_AddObjectToObject(hq, "quantization"));
-  J(cJSON_AddStringToObject(q, "quant_algo", "MIXED_PRECISION"));
-  J(cJSON_AddNullToObject(q, "kv_cache_quant_algo"));
-  add_item(q, "quantized_layers", quantized_layers(pl));
+  cJSON *hq = mtpq__jb(cJSON_CreateObject());
+  cJSON *prod = mtpq__jb(cJSON_AddObjectToObject(hq, "producer"));
+  MTPQ_JB(cJSON_AddStringToObject(prod, "name", "mtpq"));
+  MTPQ_JB(cJSON_AddStringToObject(prod, "version", MTPQ_VERSION));
+  cJSON *q = mtpq__jb(cJSON_AddObjectToObject(hq, "quantization"));
+  MTPQ_JB(cJSON_AddStringToObject(q, "quant_algo", "MIXED_PRECISION"));
+  MTPQ_JB(cJSON_AddNullToObject(q, "kv_cache_quant_algo"));
+  mtpq__jb_add(q, "quantized_layers", quantized_layers(pl));
   st = write_json(dir, "hf_quant_config.json", hq, err);
   cJSON_Delete(hq);
   static const char *copies[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",

@@ -156,6 +156,28 @@ static enum mtpq_status sc_quantize(void) {
   return st;
 }
 
+/* build-vocab over the mini tokenizer: counts, a text file, a held-out
+ * corpus; PREFIX.{safetensors,pt,json} under scratch */
+static enum mtpq_status sc_vocab(void) {
+  struct mtpq_err err = {0};
+  char tok[4096], counts[4200], text[4200], prefix[4200];
+  snprintf(tok, sizeof tok, "%s/oom/tokenizer-mini.json", T);
+  snprintf(counts, sizeof counts, "%s.counts.tsv", scratch);
+  snprintf(text, sizeof text, "%s.text.txt", scratch);
+  snprintf(prefix, sizeof prefix, "%s/dv", scratch);
+  const struct mtpq_vocab_input c[1] = {{counts, 1.0}}, x[1] = {{text, 2.0}};
+  const struct mtpq_vocab_heldout h[1] = {{"held", text}};
+  struct mtpq_vocab_params p = {0};
+  p.tokenizer = tok, p.counts = c, p.n_counts = 1, p.texts = x, p.n_texts = 1, p.heldout = h, p.n_heldout = 1;
+  p.size = 300, p.out_prefix = prefix;
+  struct mtpq_vocab_summary sum = {0};
+  enum mtpq_status st = mtpq_vocab_build(&p, &sum, &err);
+  fp[0] = 0;
+  if (!st) snprintf(fp, sizeof fp, "%s", sum.report_json ? sum.report_json : "(no report)");
+  free(sum.report_json);
+  return st;
+}
+
 static int dir_empty(const char *d) {
   DIR *x = opendir(d);
   if (!x) return 0;
@@ -203,10 +225,21 @@ int main(int argc, char **argv) {
     }
     mtpq_stw_free(w);
   }
+  { /* build-vocab's inputs: counts of the mini tokenizer's ids, and text */
+    char path[4200];
+    snprintf(path, sizeof path, "%s.counts.tsv", scratch);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < 400; i += 3) fprintf(f, "%d\t%d\n", i, 1000 - 2 * i);
+    fclose(f);
+    snprintf(path, sizeof path, "%s.text.txt", scratch);
+    f = fopen(path, "w");
+    fputs("def f(x):\n    return x + 1\nThe quick brown fox jumps over the lazy dog.\n", f);
+    fclose(f);
+  }
   static const struct scenario sc[] = {
-      {"safetensors", sc_safetensors, 0, 1}, {"repo", sc_repo, 0, 1},     {"json", sc_json, 0, 1},
-      {"traces", sc_traces, 0, 1},           {"verify", sc_verify, 0, 1}, {"tokenizer", sc_tokenizer, 0, 1},
-      {"quantize", sc_quantize, 1, 1},
+      {"safetensors", sc_safetensors, 0, 1}, {"repo", sc_repo, 0, 1},         {"json", sc_json, 0, 1},
+      {"traces", sc_traces, 0, 1},           {"verify", sc_verify, 0, 1},     {"tokenizer", sc_tokenizer, 0, 1},
+      {"quantize", sc_quantize, 1, 1},       {"build-vocab", sc_vocab, 1, 1},
   };
   cJSON_Hooks plain = {NULL, NULL};
   int bad = 0;
@@ -259,6 +292,8 @@ int main(int argc, char **argv) {
   tu_rmtree(scratch);
   char p[4200];
   snprintf(p, sizeof p, "%s.ids.safetensors", scratch), remove(p);
+  snprintf(p, sizeof p, "%s.counts.tsv", scratch), remove(p);
+  snprintf(p, sizeof p, "%s.text.txt", scratch), remove(p);
   free(scratch);
   return bad ? 1 : 0;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "io/torch_pt.h"
 #include "io/util.h"
@@ -117,9 +118,14 @@ enum mtpq_status mtpq_vocab_build(const struct mtpq_vocab_params *p, struct mtpq
     goto out;
   }
   /* 1. corpus */
-  cJSON *corpus = cJSON_CreateObject();
-  cJSON_AddItemToObject(rep, "corpus_tmp", corpus);
-  inputs = cJSON_AddArrayToObject(corpus, "inputs");
+  mtpq__jb_reset(); /* (the report is built through checked adds: io/json.h) */
+  cJSON *corpus = mtpq__jb(cJSON_CreateObject());
+  if (corpus && !cJSON_AddItemToObject(rep, "corpus_tmp", corpus)) { /* (owned by rep until step 5) */
+    cJSON_Delete(corpus);
+    corpus = NULL;
+    mtpq__jb_ok(0);
+  }
+  inputs = mtpq__jb(cJSON_AddArrayToObject(corpus, "inputs"));
   double weighted = 0;
   for (size_t k = 0; k < p->n_counts + p->n_texts && !st; k++) {
     const struct mtpq_vocab_input *in = k < p->n_counts ? &p->counts[k] : &p->texts[k - p->n_counts];
@@ -137,12 +143,12 @@ enum mtpq_status mtpq_vocab_build(const struct mtpq_vocab_params *p, struct mtpq
     if (st) break;
     s->corpus_tokens += a.tokens;
     weighted += (double)a.tokens * in->weight;
-    cJSON *x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "path", in->path);
-    cJSON_AddStringToObject(x, "kind", is_text ? "text" : "counts");
-    cJSON_AddNumberToObject(x, "weight", in->weight);
-    cJSON_AddNumberToObject(x, "tokens", (double)a.tokens);
-    cJSON_AddItemToArray(inputs, x);
+    cJSON *x = mtpq__jb(cJSON_CreateObject());
+    MTPQ_JB(cJSON_AddStringToObject(x, "path", in->path));
+    MTPQ_JB(cJSON_AddStringToObject(x, "kind", is_text ? "text" : "counts"));
+    MTPQ_JB(cJSON_AddNumberToObject(x, "weight", in->weight));
+    MTPQ_JB(cJSON_AddNumberToObject(x, "tokens", (double)a.tokens));
+    mtpq__jb_add(inputs, NULL, x);
   }
   if (st) goto out;
   /* 2. forced classes */
@@ -188,7 +194,7 @@ enum mtpq_status mtpq_vocab_build(const struct mtpq_vocab_params *p, struct mtpq
   for (int64_t i = 0; i < p->size; i++) ids[i] = order[i];
   qsort(ids, (size_t)p->size, sizeof *ids, cmp_i64);
   /* 4. held-out coverage along the ranking */
-  cJSON *hj = cJSON_CreateObject();
+  cJSON *hj = mtpq__jb(cJSON_CreateObject());
   for (size_t h = 0; h < p->n_heldout && !st; h++) {
     memset(held, 0, (size_t)V * sizeof *held);
     double *wh = calloc((size_t)V, sizeof *wh);
@@ -204,20 +210,20 @@ enum mtpq_status mtpq_vocab_build(const struct mtpq_vocab_params *p, struct mtpq
     cum[0] = 0;
     for (int32_t i = 0; i < universe; i++) cum[i + 1] = cum[i] + (double)held[order[i]];
     double total = (double)a.tokens;
-    cJSON *x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "path", p->heldout[h].path);
-    cJSON_AddNumberToObject(x, "tokens", total);
-    cJSON_AddNumberToObject(x, "coverage", total > 0 ? cum[p->size] / total : 0.0);
-    cJSON *at = cJSON_AddObjectToObject(x, "coverage_at");
+    cJSON *x = mtpq__jb(cJSON_CreateObject());
+    MTPQ_JB(cJSON_AddStringToObject(x, "path", p->heldout[h].path));
+    MTPQ_JB(cJSON_AddNumberToObject(x, "tokens", total));
+    MTPQ_JB(cJSON_AddNumberToObject(x, "coverage", total > 0 ? cum[p->size] / total : 0.0));
+    cJSON *at = mtpq__jb(cJSON_AddObjectToObject(x, "coverage_at"));
     for (int k = 0; k < N_COMPARE; k++) {
       char key[16];
       snprintf(key, sizeof key, "%lld", (long long)COMPARE_SIZES[k]);
       if (COMPARE_SIZES[k] < (int64_t)s->forced_total || COMPARE_SIZES[k] > universe || total <= 0)
-        cJSON_AddNullToObject(at, key);
+        MTPQ_JB(cJSON_AddNullToObject(at, key));
       else
-        cJSON_AddNumberToObject(at, key, cum[COMPARE_SIZES[k]] / total);
+        MTPQ_JB(cJSON_AddNumberToObject(at, key, cum[COMPARE_SIZES[k]] / total));
     }
-    cJSON_AddItemToObject(hj, p->heldout[h].name, x);
+    mtpq__jb_add(hj, p->heldout[h].name, x);
   }
   if (st) {
     cJSON_Delete(hj);
@@ -225,19 +231,19 @@ enum mtpq_status mtpq_vocab_build(const struct mtpq_vocab_params *p, struct mtpq
   }
   /* 5. report */
   cJSON_DetachItemFromObject(rep, "corpus_tmp");
-  cJSON_AddNumberToObject(rep, "size", (double)p->size);
-  cJSON_AddStringToObject(rep, "tokenizer", p->tokenizer);
-  cJSON_AddNumberToObject(rep, "vocab_size", universe);
-  cJSON *fj = cJSON_AddObjectToObject(rep, "forced");
-  cJSON_AddNumberToObject(fj, "added", (double)s->forced_added);
-  cJSON_AddNumberToObject(fj, "single_char_strings", (double)s->forced_single_char);
-  cJSON_AddNumberToObject(fj, "single_unicode_char", (double)s->forced_single_unicode);
-  cJSON_AddNumberToObject(fj, "total", (double)s->forced_total);
-  cJSON_AddNumberToObject(corpus, "tokens", (double)s->corpus_tokens);
-  cJSON_AddNumberToObject(corpus, "weighted_tokens", weighted);
-  cJSON_AddItemToObject(rep, "corpus", corpus);
-  cJSON_AddItemToObject(rep, "heldout", hj);
-  s->report_json = cJSON_Print(rep);
+  MTPQ_JB(cJSON_AddNumberToObject(rep, "size", (double)p->size));
+  MTPQ_JB(cJSON_AddStringToObject(rep, "tokenizer", p->tokenizer));
+  MTPQ_JB(cJSON_AddNumberToObject(rep, "vocab_size", universe));
+  cJSON *fj = mtpq__jb(cJSON_AddObjectToObject(rep, "forced"));
+  MTPQ_JB(cJSON_AddNumberToObject(fj, "added", (double)s->forced_added));
+  MTPQ_JB(cJSON_AddNumberToObject(fj, "single_char_strings", (double)s->forced_single_char));
+  MTPQ_JB(cJSON_AddNumberToObject(fj, "single_unicode_char", (double)s->forced_single_unicode));
+  MTPQ_JB(cJSON_AddNumberToObject(fj, "total", (double)s->forced_total));
+  MTPQ_JB(cJSON_AddNumberToObject(corpus, "tokens", (double)s->corpus_tokens));
+  MTPQ_JB(cJSON_AddNumberToObject(corpus, "weighted_tokens", weighted));
+  mtpq__jb_add(rep, "corpus", corpus);
+  mtpq__jb_add(rep, "heldout", hj);
+  s->report_json = mtpq__jb_failed() ? NULL : cJSON_Print(rep);
   if (!s->report_json) {
     st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
     goto out;
