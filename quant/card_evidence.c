@@ -68,11 +68,18 @@ cJSON *mtpq_drafter_digests(const char *dir, int from_manifest, struct mtpq_err 
   char *names[256];
   size_t nn = 0;
   struct dirent *e;
+  int oom = 0;
   while ((e = readdir(d)) != NULL && nn < 256)
-    if (e->d_name[0] != '.' && is_weights(e->d_name)) names[nn++] = mtpq__strdup(e->d_name);
+    if (e->d_name[0] != '.' && is_weights(e->d_name)) {
+      if ((names[nn] = mtpq__strdup(e->d_name)))
+        nn++;
+      else
+        oom = 1;
+    }
   closedir(d);
   qsort(names, nn, sizeof *names, cmp_str);
-  cJSON *out = cJSON_CreateObject();
+  cJSON *out = oom ? NULL : cJSON_CreateObject();
+  if (!out) mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   for (size_t i = 0; i < nn && out; i++) {
     char *path = names[i] ? mtpq__path_join(dir, names[i]) : NULL, hex[65];
     if (!path || mtpq__file_digest(path, 0, hex, NULL, err) != MTPQ_OK) {
