@@ -1,5 +1,10 @@
-/* JSON parsing with user-facing errors; see io/json.h. */
+/* JSON parsing with user-facing errors, and checked building and writing; see io/json.h. */
 #include "io/json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/util.h"
 
 int mtpq__json_depth_exceeds(const char *s, size_t n, int cap) {
   int depth = 0, in_str = 0;
@@ -52,4 +57,15 @@ void mtpq__jb_add(cJSON *o, const char *k, cJSON *item) {
     cJSON_Delete(item);
     jb_failed = 1;
   }
+}
+
+enum mtpq_status mtpq__json_write_file(const char *path, const cJSON *j, struct mtpq_err *err) {
+  if (jb_failed || !j) return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: out of memory while building it", path);
+  char *txt = cJSON_Print(j);
+  if (!txt) return mtpq_err_set(err, MTPQ_E_NOMEM, "%s: out of memory", path);
+  const size_t n = strlen(txt);
+  txt[n] = '\n'; /* end the file with a newline (replaces the terminator) */
+  enum mtpq_status st = mtpq__write_file_atomic(path, txt, n + 1, err);
+  free(txt);
+  return st;
 }

@@ -33,5 +33,9 @@ void mtpq__jb_ok(int ok);  /* remembering 0 (a cJSON_Add* that returns a bool) *
 #define MTPQ_JB(x) mtpq__jb_ok((x) != 0)
 /* item into o under k (o an array: k NULL); an item that cannot be added is freed */
 void mtpq__jb_add(cJSON *o, const char *k, cJSON *item);
+/* j, printed and ended with a newline, into path (written whole, then
+ * renamed into place); refused with MTPQ_E_NOMEM when j is NULL or was
+ * built after a failed add (mtpq__jb_failed) */
+enum mtpq_status mtpq__json_write_file(const char *path, const cJSON *j, struct mtpq_err *err);
 
 #endif

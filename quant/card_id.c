@@ -50,13 +50,10 @@ enum mtpq_status mtpq_card_set_repo_id(const char *dir, const char *repo, int *c
     uint64_t sz = 0;
     st = mtpq__file_digest(cpath, 0, hex, &sz, err);
     if (!st) {
-      cJSON_ReplaceItemInObjectCaseSensitive(f, "bytes", cJSON_CreateNumber((double)sz));
-      cJSON_ReplaceItemInObjectCaseSensitive(f, "sha256", cJSON_CreateString(hex));
-      char *txt = cJSON_Print(m);
-      const size_t tl = txt ? strlen(txt) : 0;
-      if (txt) txt[tl] = '\n'; /* as quantize writes it: a newline at the end (replacing the terminator) */
-      st = txt ? mtpq__write_file_atomic(mpath, txt, tl + 1, err) : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-      free(txt);
+      mtpq__jb_reset(); /* (written as quantize writes it: io/json.h) */
+      MTPQ_JB(cJSON_ReplaceItemInObjectCaseSensitive(f, "bytes", cJSON_CreateNumber((double)sz)));
+      MTPQ_JB(cJSON_ReplaceItemInObjectCaseSensitive(f, "sha256", cJSON_CreateString(hex)));
+      st = mtpq__json_write_file(mpath, m, err);
     }
   }
   if (!st) *changed = 1;

@@ -16,18 +16,8 @@
 #include <sys/stat.h>
 
 static enum mtpq_status write_json(const char *dir, const char *name, cJSON *j, struct mtpq_err *err) {
-  if (mtpq__jb_failed() || !j)
-    return mtpq_err_set(err, MTPQ_E_NOMEM, "%s/%s: out of memory while building it", dir, name);
-  char *txt = cJSON_Print(j);
   char *path = mtpq__path_join(dir, name);
-  enum mtpq_status st;
-  if (!txt || !path) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-  else {
-    size_t n = strlen(txt);
-    txt[n] = '\n'; /* end the file with a newline (replaces the terminator) */
-    st = mtpq__write_file_atomic(path, txt, n + 1, err);
-  }
-  free(txt);
+  enum mtpq_status st = path ? mtpq__json_write_file(path, j, err) : mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   free(path);
   return st;
 }
