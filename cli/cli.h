@@ -115,7 +115,10 @@ struct cli_plot_series {
 };
 int cli_acceptance_svg(const char *path, const char *title, const char *unit, const struct cli_plot_series *s, int n,
                        int k, const char *const *doms, int ndom);
-int cli_plot_dir_ok(const char *path);
+int cli_out_dir_ok(const char *path);
+/* [v[0], v[1]] as a JSON array: an interval of the bench reports' --json */
+struct cJSON;
+struct cJSON *cli_json_pair(const double v[2]);
 /* --backend auto|cpu|cuda (cli/cmd_bench_step.c); 0 or an exit code. */
 int cli_backend(const char *cmd, const char *name, enum mtpq_backend *be);
 extern const struct cli_opt bench_accept_opts[];

@@ -66,26 +66,19 @@ static struct paired pair_first(const struct result *stock, const struct result 
   return p;
 }
 
-static cJSON *pair_json(const double v[2]) {
-  cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[0]));
-  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[1]));
-  return a;
-}
-
 /* the intervals of a drafter's metrics and, paired, of its difference to stock */
 static void ci_json(cJSON *o, const struct mtpq_accept_ci *c) {
-  cJSON_AddItemToObject(o, "mal_ci95", pair_json(c->mal_ci));
+  cJSON_AddItemToObject(o, "mal_ci95", cli_json_pair(c->mal_ci));
   cJSON *p = cJSON_AddArrayToObject(o, "per_position_ci95");
-  for (int i = 0; i < c->k; i++) cJSON_AddItemToArray(p, pair_json(c->perpos_ci[i]));
+  for (int i = 0; i < c->k; i++) cJSON_AddItemToArray(p, cli_json_pair(c->perpos_ci[i]));
   if (!c->paired) return;
   cJSON *v = cJSON_AddObjectToObject(o, "vs_stock");
   cJSON_AddNumberToObject(v, "mal_diff", c->dmal);
-  cJSON_AddItemToObject(v, "mal_diff_ci95", pair_json(c->dmal_ci));
+  cJSON_AddItemToObject(v, "mal_diff_ci95", cli_json_pair(c->dmal_ci));
   cJSON *d = cJSON_AddArrayToObject(v, "per_position_diff"), *dc = cJSON_AddArrayToObject(v, "per_position_diff_ci95");
   for (int i = 0; i < c->k; i++) {
     cJSON_AddItemToArray(d, cJSON_CreateNumber(c->dperpos[i]));
-    cJSON_AddItemToArray(dc, pair_json(c->dperpos_ci[i]));
+    cJSON_AddItemToArray(dc, cli_json_pair(c->dperpos_ci[i]));
   }
 }
 
@@ -149,7 +142,7 @@ int cmd_bench_accept(int argc, char **argv) {
   int brc = cli_backend(cmd, cli_str(bench_accept_opts, &a, "backend"), &be);
   if (brc) return brc;
   const char *plot0 = cli_str(bench_accept_opts, &a, "plot");
-  if (plot0 && !cli_plot_dir_ok(plot0)) { /* before the replay, whose table would be lost */
+  if (plot0 && !cli_out_dir_ok(plot0)) { /* before the replay, whose table would be lost */
     cli_error("%s: cannot write there (its directory is missing or not writable)", plot0);
     return MTPQ_EXIT_IO;
   }

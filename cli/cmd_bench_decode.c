@@ -115,28 +115,21 @@ static void add_times(struct mtpq_decode_times *a, const struct mtpq_decode_time
   a->prefill_s += b->prefill_s, a->gen_s += b->gen_s, a->target_s += b->target_s, a->draft_s += b->draft_s;
 }
 
-static cJSON *pair_json(const double v[2]) {
-  cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[0]));
-  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[1]));
-  return a;
-}
-
 static cJSON *stats_json(const struct mtpq_accept_stats *s, const struct mtpq_accept_ci *ci) {
   cJSON *o = cJSON_CreateObject(), *p = cJSON_AddArrayToObject(o, "per_position"),
         *c = cJSON_AddArrayToObject(o, "per_position_ci95");
   for (int i = 0; i < s->k; i++) {
     cJSON_AddItemToArray(p, cJSON_CreateNumber(mtpq_accept_perpos(s, i)));
-    cJSON_AddItemToArray(c, pair_json(ci->perpos_ci[i]));
+    cJSON_AddItemToArray(c, cli_json_pair(ci->perpos_ci[i]));
   }
   cJSON_AddNumberToObject(o, "rounds", (double)s->drafts);
   cJSON_AddNumberToObject(o, "prompts", (double)ci->units);
   cJSON_AddNumberToObject(o, "mean_acceptance_length", mtpq_accept_mal(s));
-  cJSON_AddItemToObject(o, "mal_ci95", pair_json(ci->mal_ci));
+  cJSON_AddItemToObject(o, "mal_ci95", cli_json_pair(ci->mal_ci));
   if (ci->paired) {
     cJSON *v = cJSON_AddObjectToObject(o, "vs_stock");
     cJSON_AddNumberToObject(v, "mal_diff", ci->dmal);
-    cJSON_AddItemToObject(v, "mal_diff_ci95", pair_json(ci->dmal_ci));
+    cJSON_AddItemToObject(v, "mal_diff_ci95", cli_json_pair(ci->dmal_ci));
   }
   return o;
 }
@@ -187,7 +180,7 @@ int cmd_bench_decode(int argc, char **argv) {
     return cli_usage_error(cmd, "--trunk must be synthetic:NAME with a known shape (qwen3-next-80b), not '%s'", trunk);
   if (ctx0 > 1000000) return cli_usage_error(cmd, "--context must be 0..1000000");
   const char *plot = cli_str(bench_decode_opts, &a, "plot");
-  if (plot && !cli_plot_dir_ok(plot)) { /* before the decodes */
+  if (plot && !cli_out_dir_ok(plot)) { /* before the decodes */
     cli_error("%s: cannot write there (its directory is missing or not writable)", plot);
     return MTPQ_EXIT_IO;
   }

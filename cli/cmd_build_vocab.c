@@ -53,7 +53,7 @@ int cmd_build_vocab(int argc, char **argv) {
   p.size = (int64_t)cli_uint(build_vocab_opts, &a, "size", 98304);
   if (!p.tokenizer || !p.out_prefix) return cli_usage_error(cmd, "--tokenizer and --out are required");
   if (!*p.out_prefix) return cli_usage_error(cmd, "--out is empty");
-  if (!cli_plot_dir_ok(p.out_prefix)) { /* before the corpora are read */
+  if (!cli_out_dir_ok(p.out_prefix)) { /* before the corpora are read */
     cli_error("%s: cannot write there (its directory is missing or not writable)", p.out_prefix);
     return MTPQ_EXIT_IO;
   }

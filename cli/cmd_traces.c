@@ -53,7 +53,7 @@ int cmd_traces(int argc, char **argv) {
   int brc = cli_backend(cmd, cli_str(traces_opts, &a, "backend"), &be);
   if (brc) return brc;
   if (!*out) return cli_usage_error(cmd, "--out is empty");
-  if (!cli_plot_dir_ok(out)) { /* before the target runs */
+  if (!cli_out_dir_ok(out)) { /* before the target runs */
     cli_error("%s: cannot write there (its directory is missing or not writable)", out);
     return MTPQ_EXIT_IO;
   }

@@ -3,7 +3,9 @@
  * right, with more than one drafter, each one's MAL difference to the
  * first (stock) over all units and per domain, with paired intervals and
  * the zero line. Axes labelled; the legend is sized to its names (never
- * clipped). */
+ * clipped). Also what the bench reports share beside it: whether an
+ * output's directory is writable, and an interval as JSON. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +15,19 @@
 #include "cli/cli.h"
 #include "kernels/accept_ci.h"
 
-int cli_plot_dir_ok(const char *path) {
+int cli_out_dir_ok(const char *path) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   char *sl = strrchr(dir, '/');
   if (sl) *sl = '\0';
   return access(sl ? (dir[0] ? dir : "/") : ".", W_OK) == 0;
+}
+
+cJSON *cli_json_pair(const double v[2]) {
+  cJSON *a = cJSON_CreateArray();
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[0]));
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(v[1]));
+  return a;
 }
 
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
