@@ -15,10 +15,8 @@ O=$1 V=$2 T=testdata/tiny-qwen3next W=/tmp/mtpq-d80
 shift 2
 KS=${*:-1 2 3 4}
 mkdir -p "$O" "$W"
-( OUT=$O; . .ci/device-build.sh ) > "$O/build.txt" 2>&1 || { echo "build failed"; tail -40 "$O/build.txt" "$O"/build.log; exit 1; }
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 . tests/bench/device_lib.sh
-dev_card "$O"
+dev_build "$O" || exit 1
 echo "built at ${SECONDS}s"
 ./build-gpu/mtpq quantize -q $T/model --vocab "$V" --out "$W/q" --gpu --force --expert-input-scale 0.1667
 for k in $KS; do

@@ -9,10 +9,8 @@
 set -uo pipefail
 O=$1 W=$2 V=$3 MAL=$4
 mkdir -p "$O" "$W"
-( OUT=$O; . .ci/device-build.sh ) > "$O/build.txt" 2>&1 || { echo "build failed"; tail -40 "$O"/build.log; exit 1; }
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 . tests/bench/device_lib.sh
-dev_card "$O"
+dev_build "$O" || exit 1
 dev_fixture ./build-gpu "$W" "$V" > "$O/fixture.txt" 2>&1 || { echo "fixture failed"; tail "$O/fixture.txt"; exit 1; }
 echo "fixture at ${SECONDS}s"
 timeout 240 ./build-gpu/mtpq bench-step --backend cuda --target "$W/t80" --drafter "$W/q80" --context 4096 \

@@ -1,5 +1,15 @@
-# Functions for the GPU-machine scripts (sourced after .ci/device-build.sh).
+# Functions for the GPU-machine scripts (source it first; dev_build builds).
 # Every path is an argument: nothing here writes a fixed /tmp name.
+
+# OUTDIR: build with .ci/device-build.sh (its log in OUTDIR/build.txt and
+# build.log; their tails and status 1 when it fails), put the unpacked
+# packages' libraries on LD_LIBRARY_PATH, and write the card (dev_card)
+dev_build() {
+  ( OUT=$1; . .ci/device-build.sh ) > "$1/build.txt" 2>&1 ||
+    { echo "build failed"; tail -n 40 "$1/build.txt" "$1"/build.log; return 1; }
+  export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  dev_card "$1"
+}
 
 # OUTDIR: the card, driver, clocks and CUDA into OUTDIR/card.txt (and stdout)
 dev_card() {

@@ -15,10 +15,8 @@
 set -uo pipefail
 O=$1 V=$2 T=testdata/tiny-qwen3next
 mkdir -p "$O"
-( OUT=$O; . .ci/device-build.sh ) > "$O/build.txt" 2>&1 || { echo "build failed"; tail -40 "$O/build.txt" "$O"/build.log; exit 1; }
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 . tests/bench/device_lib.sh
-dev_card "$O"
+dev_build "$O" || exit 1
 echo "built at ${SECONDS}s"
 timeout 200 ./build-gpu/tests/check_gpu_target > "$O/check_gpu_target.txt" 2>&1
 echo "check_gpu_target rc $? at ${SECONDS}s"
