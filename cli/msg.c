@@ -7,7 +7,7 @@
 
 int cli_verbosity = 1;
 
-static void vmsg(const char *prefix, const char *fmt, va_list ap) {
+CLI_PRINTF(2, 0) static void vmsg(const char *prefix, const char *fmt, va_list ap) {
   fputs("mtpq: ", stderr);
   fputs(prefix, stderr);
   vfprintf(stderr, fmt, ap);

@@ -10,7 +10,7 @@
 #include "io/json.h"
 #include "io/util.h"
 
-static void bprintf(struct mtpq__buf *b, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void bprintf(struct mtpq__buf *b, const char *fmt, ...) {
   char tmp[2048];
   va_list ap;
   va_start(ap, fmt);
