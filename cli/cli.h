@@ -32,10 +32,13 @@ double cli_median(double *t, int n); /* sorts t */
 
 /* ---- Hub targets (cli/hub_target.c) ---- */
 /* TARGET as given if it is a local path; else a Hub repo id: fetch the
- * tensors `want` accepts (want NULL: only the shards' headers, for inspect)
- * and put the cached directory in dir. Returns 0 or the exit code. */
-int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_tensor_want_fn want,
+ * tensors `select` chooses (NULL: only the shards' headers, for inspect),
+ * with a progress line on a terminal, and put the cached directory in dir.
+ * Returns 0 or the exit code. */
+int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_tensor_select_fn select,
                    const char *selection, char *dir, size_t cap);
+/* The CLI's hooks on a Hub environment: -v prints each retry and re-resolve. */
+void cli_hub_hooks(struct mtpq_hub_env *env);
 
 /* ---- options (cli/opts.c) ---- */
 enum cli_opt_kind { OPT_FLAG, OPT_STR, OPT_UINT, OPT_REAL };

@@ -32,6 +32,7 @@ int cmd_download(int argc, char **argv) {
   struct mtpq_hub_env env;
   enum mtpq_status st = mtpq_hub_env_load(&env, &err);
   if (st) return cli_fail(st, &err);
+  cli_hub_hooks(&env);
   int ii = cli_opt_index(download_opts, "include");
   struct mtpq_download_opts o = {a.pos[0], cli_str(download_opts, &a, "revision"), a.multi[ii], a.set[ii], NULL, NULL};
   if (cli_verbosity > 0 && isatty(2)) o.progress = progress;

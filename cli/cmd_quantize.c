@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "io/config.h"
 #include "quant/card.h"
 #include "vocab/tokenizer.h"
 #include "io/safetensors.h"
@@ -123,12 +124,20 @@ static void progress(void *ctx, size_t done, size_t total, const char *name) {
     fprintf(stderr, "\rmtpq: quantizing %zu/%zu %-60.60s", done + 1, total, name);
 }
 
-/* The tensors a drafter is made from: mtp.*, the embedding and head, and the
- * (tiny) input scales the expert input_scale default is derived from. */
-static int drafter_wants(const char *name) {
-  size_t n = strlen(name);
-  return strncmp(name, "mtp.", 4) == 0 || strncmp(name, "lm_head.", 8) == 0 || strstr(name, "embed_tokens.") ||
-         (n > 11 && strcmp(name + n - 11, "input_scale") == 0);
+/* For a Hub target: the tensors the recipe reads (mtpq_drafter_select),
+ * with the head's tie taken from the fetched config.json. */
+static enum mtpq_status drafter_select(void *ud, const char *config_json, const char *const *names, size_t n,
+                                       unsigned char *keep, struct mtpq_err *err) {
+  (void)ud, (void)err;
+  struct mtpq_model_config cfg;
+  struct mtpq_err ignored = {0}; /* a missing or bad config.json is quantize's own error, later */
+  int tied = -1;
+  if (mtpq_config_load(config_json, &cfg, &ignored) == MTPQ_OK) {
+    tied = cfg.tie_word_embeddings;
+    mtpq_config_free(&cfg);
+  }
+  mtpq_drafter_select(tied, names, n, keep);
+  return MTPQ_OK;
 }
 
 static const char *kind_name(enum mtpq_item_kind k) {
@@ -163,7 +172,7 @@ int cmd_quantize(int argc, char **argv) {
   free(cmdline);
   p.command = cmdline = command_line(argc, argv);
   static char target[2048];
-  int hrc = cli_hub_target(cmd, a.pos[0], cli_str(quantize_opts, &a, "revision"), drafter_wants, "drafter", target,
+  int hrc = cli_hub_target(cmd, a.pos[0], cli_str(quantize_opts, &a, "revision"), drafter_select, "drafter", target,
                            sizeof target);
   if (hrc) return hrc;
   p.target = target;

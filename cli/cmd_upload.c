@@ -25,6 +25,7 @@ int cmd_upload(int argc, char **argv) {
   struct mtpq_hub_env env;
   enum mtpq_status st = mtpq_hub_env_load(&env, &err);
   if (st) return cli_fail(st, &err);
+  cli_hub_hooks(&env);
   /* an mtpq drafter's card names its repo: the one it is published to */
   char was[512];
   int changed = 0;

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -22,7 +23,38 @@ static int path_like(const char *t) {
   return stat(first, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_tensor_want_fn want,
+static void note(void *ud, const char *line) {
+  (void)ud;
+  cli_note("%s", line); /* -v: one line per retry or re-resolve */
+}
+
+void cli_hub_hooks(struct mtpq_hub_env *env) {
+  env->note = note;
+  env->note_ud = NULL;
+}
+
+struct rate {
+  double t0, last;
+  int shown;
+};
+
+/* A terminal's progress line for a fetch: bytes, rate and time left,
+ * redrawn at most 5 times a second. */
+static void fetch_progress(void *ud, const char *path, uint64_t done, uint64_t total) {
+  struct rate *r = ud;
+  const double t = cli_now_s();
+  if (r->t0 == 0) r->t0 = r->last = t; /* the first call starts the clock */
+  if (done < total && t - r->last < 0.2) return;
+  r->last = t;
+  const double el = t - r->t0, rate = el > 0 ? (double)done / el : 0;
+  char a[32], b[32], left[40] = "";
+  if (rate > 0 && total > done) snprintf(left, sizeof left, ", %.0f s left", (double)(total - done) / rate);
+  fprintf(stderr, "\rmtpq: fetching %s of %s (%5.1f%%) at %.1f MB/s%s  %-28.28s", cli_bytes(done, a, sizeof a),
+          cli_bytes(total, b, sizeof b), total ? 100.0 * (double)done / (double)total : 100.0, rate / 1e6, left, path);
+  r->shown = 1;
+}
+
+int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_tensor_select_fn select,
                    const char *selection, char *dir, size_t cap) {
   struct stat sb;
   if (stat(target, &sb) == 0 || !strchr(target, '/')) { /* (a bare name: the command's own error) */
@@ -36,8 +68,18 @@ int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_te
   struct mtpq_err err = {0};
   struct mtpq_hub_env env;
   struct mtpq_partial_result r;
+  struct rate rt = {0};
+  struct mtpq_partial_opts o = {target, rev, selection, select, NULL, NULL, NULL};
+  if (cli_verbosity >= 1 && isatty(2)) o.progress = fetch_progress, o.progress_ud = &rt;
   enum mtpq_status st = mtpq_hub_env_load(&env, &err);
-  if (!st) st = mtpq_hub_fetch_partial(&env, target, rev, want, selection, &r, &err);
+  if (!st) {
+    cli_hub_hooks(&env);
+    if (!env.offline && cli_verbosity >= 1)
+      fprintf(stderr, "mtpq: %s: %s is not a local path: reading %s of it from %s\n", cmd, target,
+              select ? "the tensors it needs" : "the shards' headers", env.endpoint);
+    st = mtpq_hub_fetch_partial(&env, &o, &r, &err);
+  }
+  if (rt.shown) fputc('\n', stderr);
   if (st &&
       (st == MTPQ_E_NET || st == MTPQ_E_NOT_FOUND || st == MTPQ_E_SERVER)) { /* it may have been meant as a path */
     const size_t n = strlen(err.msg);
@@ -46,9 +88,12 @@ int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_te
   if (st) return cli_fail(st, &err);
   if (cli_verbosity < 1) {
   } else if (r.cached) fprintf(stderr, "mtpq: %s: %s@%s already fetched (%s)\n", cmd, target, r.commit, r.dir);
-  else fprintf(stderr, "mtpq: %s: fetched %s %d tensors from %d shards of %s@%s: %.3f MB of the repo's %.1f MB\n",
-                cmd, want ? "the bytes of" : "the headers of", r.tensors, r.shards, target, r.commit,
-                (double)r.bytes_fetched / 1e6, (double)r.repo_bytes / 1e6);
+  else
+    fprintf(stderr,
+            "mtpq: %s: fetched %s %d tensors from %d shards of %s@%s: %.3f MB of the repo's %.1f MB "
+            "(%d shards resolved, %u ranged requests)\n",
+            cmd, select ? "the bytes of" : "the headers of", r.tensors, r.shards, target, r.commit,
+            (double)r.bytes_fetched / 1e6, (double)r.repo_bytes / 1e6, r.resolves, r.range_requests);
   snprintf(dir, cap, "%s", r.dir);
   return 0;
 }

@@ -8,15 +8,23 @@
 static const struct cli_cmd commands[] = {
     {"inspect", "list tensors, family and MTP layout of a checkpoint", "[options] PATH", inspect_opts, cmd_inspect,
      "PATH is a .safetensors file or a repo directory (sharded through\n"
-     "model.safetensors.index.json, or a folder of *.safetensors files).\n"
+     "model.safetensors.index.json, or a folder of *.safetensors files), or a\n"
+     "Hub id ORG/NAME: then only config.json, the index and each shard's header\n"
+     "are fetched (two ranged requests a shard).\n"
      "With --json, prints one JSON object: tensors (name, dtype, shape, bytes,\n"
      "shard), groups, family, mtp {layers, experts, expert_layout}, ...\n"},
     {"quantize", "write the -mtpfp8 drafter repo of a target (FP8/NVFP4 MTP)",
      "TARGET --vocab IDS.safetensors --out DIR [options]", quantize_opts, cmd_quantize,
-     "TARGET is a local repo directory. NVFP4 experts, FP8 draft linears and an\n"
-     "FP8 draft head (the lm_head rows of IDS); router, shared-expert gate and\n"
-     "norms stay BF16. --dry-run prints the recipe. The repo appears only\n"
-     "when complete (built in a hidden temporary directory beside DIR).\n"},
+     "TARGET is a local repo directory, or a Hub id ORG/NAME: then the small files\n"
+     "(config, index, tokenizer, README), each shard's header, and only what the\n"
+     "recipe reads are fetched: mtp.*, the head (lm_head, or the embedding when\n"
+     "tied) and the last trunk layer's expert input_scales; each shard resolved\n"
+     "once, nearby ranges in one request, progress on a terminal, retries under\n"
+     "-v. HF_HUB_OFFLINE=1 reads the cache only.\n"
+     "NVFP4 experts, FP8 draft linears and an FP8 draft head (the lm_head rows\n"
+     "of IDS); router, shared-expert gate and norms stay BF16. --dry-run prints\n"
+     "the recipe. The repo appears only when complete (built in a hidden\n"
+     "temporary directory beside DIR).\n"},
     {"verify-bitexact", "prove byte equality of quantized tensors",
      "[options] A B\n       mtpq verify-bitexact --requantize [options] SOURCE REFERENCE", verify_opts, cmd_verify,
      "Without --requantize, compares two safetensors files or repos tensor by\n"

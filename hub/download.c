@@ -217,8 +217,14 @@ static enum mtpq_status fetch_blob(const struct mtpq_hub_env *env, const struct 
                                  status, (unsigned long long)have, (unsigned long long)e->size);
       break;
     }
+    char why[700];
+    if (st)
+      snprintf(why, sizeof why, "%s", err->msg);
+    else
+      snprintf(why, sizeof why, "%s: HTTP %ld after %llu of %llu bytes", e->path, status, (unsigned long long)have,
+               (unsigned long long)e->size);
     st = MTPQ_OK;
-    hub_backoff(env, fails - 1, ra);
+    hub_backoff(env, fails - 1, ra, why);
   }
   if (fclose(f) && !st) st = mtpq_err_set(err, MTPQ_E_IO_WRITE, "%s: %s", part, strerror(errno));
   if (st) goto done; /* the partial file stays for the next run to resume */

@@ -2,6 +2,7 @@
  * 1.2, 1.5, 1.6, 2.2, 2.3). */
 #define _DEFAULT_SOURCE /* strncasecmp, nanosleep */
 #include <curl/curl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -23,10 +24,26 @@ void hub_sleep(double s) {
 }
 
 /* huggingface_hub's schedule: 1, 2, 4, 8, 8 s, or the server's reset + 1 */
-void hub_backoff(const struct mtpq_hub_env *env, int attempt, double retry_after) {
+void hub_backoff(const struct mtpq_hub_env *env, int attempt, double retry_after, const char *why) {
+  const double s = hub_backoff_s(env, attempt, retry_after);
+  hub_note(env, "retry %d of 5 in %.1f s: %s", attempt + 1, s, why);
+  hub_sleep(s);
+}
+
+double hub_backoff_s(const struct mtpq_hub_env *env, int attempt, double retry_after) {
   static const double waits[] = {1, 2, 4, 8, 8};
   int i = attempt < 0 ? 0 : attempt > 4 ? 4 : attempt;
-  hub_sleep((retry_after >= 0 ? retry_after + 1 : waits[i]) * env->backoff_s);
+  return (retry_after >= 0 ? retry_after + 1 : waits[i]) * env->backoff_s;
+}
+
+void hub_note(const struct mtpq_hub_env *env, const char *fmt, ...) {
+  if (!env->note) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  env->note(env->note_ud, line);
 }
 
 int hub_retryable(long status) { return status == 408 || status == 429 || (status >= 500 && status <= 599); }
@@ -49,7 +66,7 @@ static int origin(const char *url, char *out, size_t cap) {
   return ok;
 }
 
-static int same_origin(const char *a, const char *b) {
+int hub_same_origin(const char *a, const char *b) {
   char oa[1200], ob[1200];
   return origin(a, oa, sizeof oa) && origin(b, ob, sizeof ob) && strcmp(oa, ob) == 0;
 }
@@ -179,17 +196,19 @@ static size_t on_read(char *buf, size_t sz, size_t n, void *ud) {
   return want;
 }
 
-static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0,
-                                     FILE *sink, uint64_t range_from, uint64_t range_to, struct body *body,
+static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
+                                     uint64_t range_from, uint64_t range_to, struct body *body, int stop_cross,
                                      struct hub_resp *r, struct mtpq_err *err);
 
 static enum mtpq_status request(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
                                 uint64_t range_from, uint64_t range_to, struct hub_resp *r, struct mtpq_err *err) {
-  return request_body(env, method, url0, sink, range_from, range_to, NULL, r, err);
+  return request_body(env, method, url0, sink, range_from, range_to, NULL, 0, r, err);
 }
 
-static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0,
-                                     FILE *sink, uint64_t range_from, uint64_t range_to, struct body *body,
+/* stop_cross: a redirect to another origin is not followed; r->url is then
+ * its target and r->status the 3xx (hub_locate). */
+static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
+                                     uint64_t range_from, uint64_t range_to, struct body *body, int stop_cross,
                                      struct hub_resp *r, struct mtpq_err *err) {
   memset(r, 0, sizeof *r);
   r->retry_after = -1;
@@ -203,7 +222,7 @@ static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char 
   for (int hop = 0;; hop++) {
     struct curl_slist *hdr = NULL;
     char auth[600];
-    if (env->token[0] && same_origin(url, env->endpoint)) {
+    if (env->token[0] && hub_same_origin(url, env->endpoint)) {
       snprintf(auth, sizeof auth, "authorization: Bearer %s", env->token);
       hdr = curl_slist_append(hdr, auth);
     }
@@ -264,6 +283,10 @@ static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char 
         st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: more than 10 redirects", url0);
         break;
       }
+      if (stop_cross && !hub_same_origin(loc, url)) {
+        snprintf(r->url, sizeof r->url, "%s", loc);
+        break;
+      }
       snprintf(url, sizeof url, "%s", loc); /* libcurl resolved a relative Location against url */
       hub_resp_free(r);
       if (sink && fseek(sink, sink_start, SEEK_SET)) {
@@ -305,7 +328,7 @@ enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url
     if (!st && status == 206 && pos > to) return MTPQ_OK;
     if (++fails > 5)
       return st ? st : mtpq_err_set(err, MTPQ_E_NET, "%s: gave up after 5 retries (HTTP %ld)", url, status);
-    hub_backoff(env, fails - 1, ra);
+    hub_backoff(env, fails - 1, ra, st ? err->msg : "a retryable HTTP status");
   }
   return MTPQ_OK;
 }
@@ -316,7 +339,7 @@ enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, co
   struct body b = {ctype, mem, f, off, len, 0};
   for (int attempt = 0;; attempt++) {
     enum mtpq_status st =
-        request_body(env, method, url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, mem || f ? &b : NULL, r, err);
+        request_body(env, method, url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, mem || f ? &b : NULL, 0, r, err);
     int again = retry && ((st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(r->status)));
     if (!again || attempt == 5) {
       if (!st && r->status >= 400) st = hub_status_error(r, url, err);
@@ -324,8 +347,13 @@ enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, co
       return st;
     }
     double ra = r->retry_after;
+    char why[600];
+    if (st)
+      snprintf(why, sizeof why, "%s", err->msg);
+    else
+      snprintf(why, sizeof why, "%s %s: HTTP %ld", method, url, r->status);
     hub_resp_free(r);
-    hub_backoff(env, attempt, ra);
+    hub_backoff(env, attempt, ra, why);
   }
 }
 
@@ -340,4 +368,29 @@ enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, st
 
 enum mtpq_status hub_get(const struct mtpq_hub_env *env, const char *url, struct hub_resp *r, struct mtpq_err *err) {
   return hub_send(env, "GET", url, NULL, NULL, NULL, 0, 0, 1, r, err);
+}
+
+enum mtpq_status hub_locate(const struct mtpq_hub_env *env, const char *url, char *out, size_t cap,
+                            struct mtpq_err *err) {
+  for (int attempt = 0;; attempt++) {
+    struct hub_resp r;
+    enum mtpq_status st = request_body(env, "HEAD", url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, NULL, 1, &r, err);
+    const long status = r.status;
+    if (!st && status >= 300 && status < 400)
+      snprintf(out, cap, "%s", r.url); /* the store's (signed) URL */
+    else if (!st && status == 200)
+      snprintf(out, cap, "%s", r.url); /* a git file: the Hub serves it */
+    const int again = (st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(status));
+    if (!st && !again && !(status >= 200 && status < 400)) st = hub_status_error(&r, url, err);
+    double ra = r.retry_after;
+    hub_resp_free(&r);
+    if (!again || attempt == 5)
+      return st ? st : again ? mtpq_err_set(err, MTPQ_E_SERVER, "HEAD %s: HTTP %ld", url, status) : MTPQ_OK;
+    char why[600];
+    if (st)
+      snprintf(why, sizeof why, "%s", err->msg);
+    else
+      snprintf(why, sizeof why, "HEAD %s: HTTP %ld", url, status);
+    hub_backoff(env, attempt, ra, why);
+  }
 }

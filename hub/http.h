@@ -56,8 +56,19 @@ enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, co
                           struct mtpq_err *err);
 int hub_retryable(long status);
 /* Sleep before retry `attempt` (0-based): 1, 2, 4, 8, 8 s x env->backoff_s,
- * or retry_after + 1 s when the server said (>= 0). */
-void hub_backoff(const struct mtpq_hub_env *env, int attempt, double retry_after);
+ * or retry_after + 1 s when the server said (>= 0); hub_note's the retry
+ * with why. hub_backoff_s: that wait, without sleeping. */
+void hub_backoff(const struct mtpq_hub_env *env, int attempt, double retry_after, const char *why);
+double hub_backoff_s(const struct mtpq_hub_env *env, int attempt, double retry_after);
+/* A line for the user (a retry, a re-resolve) through env->note, if set. */
+void hub_note(const struct mtpq_hub_env *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int hub_same_origin(const char *a, const char *b); /* scheme, host and port equal */
+/* Where url's bytes are: HEAD url, following relative redirects (a renamed
+ * repo) but not one to another origin, whose Location (the store's signed
+ * URL) goes to out; a 200 (a git file) gives url itself. Retries like
+ * hub_get. */
+enum mtpq_status hub_locate(const struct mtpq_hub_env *env, const char *url, char *out, size_t cap,
+                            struct mtpq_err *err);
 void hub_sleep(double s);
 enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, struct mtpq_err *err);
 #endif

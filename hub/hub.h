@@ -7,6 +7,7 @@
  * Never prints; progress goes through the callback. */
 #ifndef MTPQ_HUB_HUB_H
 #define MTPQ_HUB_HUB_H
+#include <stddef.h>
 #include <stdint.h>
 #include "io/status.h"
 
@@ -17,6 +18,10 @@ struct mtpq_hub_env {
   int offline;        /* HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE */
   double timeout_s;   /* HF_HUB_DOWNLOAD_TIMEOUT (default 10) */
   double backoff_s;   /* first retry wait (1 s; MTPQ_HUB_BACKOFF_S shortens it for tests) */
+  /* Set by the caller (mtpq_hub_env_load leaves it NULL): one line per
+   * retry or re-resolve, for a verbose user. */
+  void (*note)(void *ud, const char *line);
+  void *note_ud;
 };
 enum mtpq_status mtpq_hub_env_load(struct mtpq_hub_env *env, struct mtpq_err *err);
 
@@ -74,17 +79,31 @@ struct mtpq_upload_result {
 enum mtpq_status mtpq_hub_upload(const struct mtpq_hub_env *env, const struct mtpq_upload_opts *o,
                                  struct mtpq_upload_result *res, struct mtpq_err *err);
 
-/* Tensor-level partial download: the repo's small files (config, index,
- * tokenizer) through the cache, then for every *.safetensors shard its
- * header by Range and only the byte ranges of tensors `want` accepts,
- * written as a smaller valid shard (same names, offsets re-packed) with the
- * index's weight_map cut to match, under
+/* Tensor-level partial download (hub/partial.c, hub/fetch.c): the repo's
+ * small files (config, index, tokenizer, card) through the cache, every
+ * *.safetensors shard's header by Range, then o->select chooses among all
+ * the shards' tensors and only their bytes are fetched (wanted ranges closer
+ * than HUB_GAP_BYTES share a request, at most HUB_FILE_BUDGET requests a
+ * shard; each shard resolved once), written as smaller valid shards (same
+ * names, offsets re-packed) with the index's weight_map cut to match, under
  * $HF_HUB_CACHE/.mtpq-partial/models--org--name/<commit>-<selection>/
- * (built in a temporary directory, renamed on success; reused when
- * present). selection names the predicate in the path. want NULL: headers
- * only, each shard kept at its full size as a sparse file whose tensor bytes
- * read as zeros (for inspect: never quantize from such a directory). */
-typedef int (*mtpq_tensor_want_fn)(const char *name);
+ * (built in a temporary directory, renamed on success; reused when present).
+ * select NULL: headers only, each shard kept at its full size as a sparse
+ * file whose tensor bytes read as zeros (for inspect: never quantize from
+ * such a directory). */
+/* names[0, n): every tensor of every shard; config_json: the fetched
+ * config.json's path (it may be missing); sets keep[i] for each wanted. */
+typedef enum mtpq_status (*mtpq_tensor_select_fn)(void *ud, const char *config_json, const char *const *names, size_t n,
+                                                  unsigned char *keep, struct mtpq_err *err);
+struct mtpq_partial_opts {
+  const char *repo;      /* org/name */
+  const char *revision;  /* NULL = main */
+  const char *selection; /* names the selection in the cache path */
+  mtpq_tensor_select_fn select;
+  void *select_ud;
+  mtpq_hub_progress_fn progress; /* bytes of the tensor ranges, done / total */
+  void *progress_ud;
+};
 struct mtpq_partial_result {
   char commit[41];
   char dir[1700];
@@ -92,8 +111,9 @@ struct mtpq_partial_result {
   int shards, tensors;     /* shards and tensors kept */
   uint64_t bytes_fetched;  /* small files + headers + tensor ranges */
   uint64_t repo_bytes;     /* every file of the repo at that commit */
+  unsigned range_requests; /* ranged GETs for headers and tensors, retries included */
+  int resolves;            /* HEADs of a shard's resolve URL (one a shard unless a signed URL expired) */
 };
-enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const char *repo, const char *revision,
-                                        mtpq_tensor_want_fn want, const char *selection,
+enum mtpq_status mtpq_hub_fetch_partial(const struct mtpq_hub_env *env, const struct mtpq_partial_opts *o,
                                         struct mtpq_partial_result *res, struct mtpq_err *err);
 #endif

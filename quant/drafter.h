@@ -62,6 +62,13 @@ void mtpq_drafter_base_model(const char *target_dir, const char *base, char *id,
 
 struct mtpq_drafter_params mtpq_drafter_default_params(void);
 
+/* What the recipe reads of a target with these tensor names (quant/
+ * drafter_select.c): keep[i] = 1 for every mtp.*, the head (lm_head.* when
+ * untied, the trunk's embed_tokens.* when tied; tied: the config's
+ * tie_word_embeddings, -1 when it does not say) and the expert input_scales
+ * of the last trunk layer that has them. For fetching from the Hub. */
+void mtpq_drafter_select(int tied, const char *const *names, size_t n, unsigned char *keep);
+
 enum mtpq_item_kind { MTPQ_ITEM_COPY, MTPQ_ITEM_FP8, MTPQ_ITEM_NVFP4, MTPQ_ITEM_HEAD };
 
 /* One output module (or copied tensor) of the plan. */

@@ -22,6 +22,7 @@ Logs every request (with whether it carried authorization) as JSON lines to
 """
 import argparse
 import base64
+import calendar
 import hashlib
 import http.server
 import json
@@ -52,10 +53,16 @@ ap.add_argument("--throttle", type=int, default=0, help="builtin store GETs send
 ap.add_argument("--create-403", action="store_true", help="repo creation answers 403 (a token that may not create)")
 ap.add_argument("--store", choices=["builtin", "moto"], default="builtin")
 ap.add_argument("--log", default=None)
+ap.add_argument("--replica", action="append", default=[],
+                help="org/name=DIR: a layout replica, its big files served from disk as they are read (sparse "
+                     "shards of real sizes); their LFS sha256 is a stand-in made from path and size, not the bytes'")
+ap.add_argument("--expired", type=int, default=0,
+                help="first N ranged builtin-store GETs answer 403 'Request has expired' (a signed URL gone stale)")
+ap.add_argument("--url-ttl", type=int, default=3600, help="lifetime the builtin store's signed URLs state")
 args = ap.parse_args()
 
 lock = threading.RLock()
-faults = {"503": args.api_503, "429": args.api_429, "cut": args.cut, "range": args.ignore_range,
+faults = {"503": args.api_503, "429": args.api_429, "cut": args.cut, "range": args.ignore_range, "expired": args.expired,
           "412": args.commit_412, "put500": args.put_500, "cutput": args.cut_put, "lfserr": args.lfs_error}
 renamed = dict(x.split("=", 1) for x in args.rename)
 repos = {}
@@ -114,11 +121,18 @@ class BuiltinStore:
     def seed(self, oid, data):
         self.objects.setdefault(oid, data)
 
+    def seed_file(self, oid, path):
+        """a replica's file: read from disk on each GET (it may be tens of GB, mostly a hole)"""
+        self.objects.setdefault(oid, FileObject(path))
+
     def get(self, oid):
         return self.objects.get(oid)
 
     def get_url(self, oid):
-        return f"{self.base}/{oid}"
+        """signed like S3's presigned URLs: X-Amz-Date + X-Amz-Expires (the store checks them)"""
+        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        sig = hashlib.sha256(f"{oid}{date}".encode()).hexdigest()[:16]
+        return f"{self.base}/{oid}?X-Amz-Date={date}&X-Amz-Expires={args.url_ttl}&X-Amz-Signature={sig}"
 
     def put_url(self, oid):
         return f"{self.base}/put/{oid}"
@@ -223,6 +237,20 @@ class MotoStore:
         if data is None or hashlib.sha256(data).hexdigest() != oid:
             return "assembled parts do not hash to the oid"
         return None
+
+
+class FileObject:
+    """bytes of a file on disk, read as they are served"""
+
+    def __init__(self, path):
+        self.path, self.size = path, os.path.getsize(path)
+
+    def __len__(self):
+        return self.size
+
+    def read(self, a, n):
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), n, a)
 
 
 def parse_range(rg, size):
@@ -483,11 +511,18 @@ class Store(Base):
         return self.reply(404, b"NoSuchKey", server="store")
 
     def do_GET(self):
-        oid = self.path.strip("/").split("?")[0]
+        oid, _, query = self.path.strip("/").partition("?")
         data = store.objects.get(oid)
         if data is None:
             return self.reply(404, b"NoSuchKey", server="store")
+        q = urllib.parse.parse_qs(query)
+        if "X-Amz-Date" in q:  # an expired signed URL is refused, as S3 refuses one
+            t0 = calendar.timegm(time.strptime(q["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ"))
+            if time.time() > t0 + int(q["X-Amz-Expires"][0]):
+                return self.reply(403, b"AccessDenied: Request has expired", server="store")
         rg = self.headers.get("range")
+        if rg and take("expired"):
+            return self.reply(403, b"AccessDenied: Request has expired", server="store")
         a, b, status, hdr = 0, len(data) - 1, 200, []
         if rg and not take("range"):
             rng = parse_range(rg, len(data))
@@ -496,6 +531,12 @@ class Store(Base):
             a, b = rng
             status = 206
             hdr.append(("Content-Range", f"bytes {a}-{b}/{len(data)}"))
+        if isinstance(data, FileObject):  # streamed in 4 MiB pieces
+            log("store", self, status, b + 1 - a)
+            self.head(status, hdr, b + 1 - a)
+            for at in range(a, b + 1, 4 << 20):
+                self.wfile.write(data.read(at, min(4 << 20, b + 1 - at)))
+            return
         body = data[a:b + 1]
         if take("cut"):  # promise the whole body, send half, drop the connection
             log("store", self, "cut", len(body) // 2)
@@ -526,6 +567,22 @@ for spec in args.repo:
             rel = os.path.relpath(p, d)
             data = open(p, "rb").read()
             files[rel] = entry(rel, data, len(data) >= args.lfs_threshold)
+    repos[rid] = {"files": files}
+    new_commit(repos[rid], "initial")
+for spec in args.replica:
+    if args.store != "builtin":
+        sys.exit("--replica needs the builtin store")
+    rid, d = spec.split("=", 1)
+    files = {}
+    for n in sorted(os.listdir(d)):
+        p, size = os.path.join(d, n), os.path.getsize(os.path.join(d, n))
+        if not n.endswith(".safetensors"):  # small files: real hashes (mtpq checks what it downloads whole)
+            files[n] = entry(n, open(p, "rb").read(), size >= args.lfs_threshold)
+            continue
+        sha = hashlib.sha256(f"replica:{rid}/{n}:{size}".encode()).hexdigest()
+        store.seed_file(sha, p)
+        files[n] = {"path": n, "size": size, "sha256": sha,
+                    "oid": git_sha1((POINTER % (sha, size)).encode())}
     repos[rid] = {"files": files}
     new_commit(repos[rid], "initial")
 

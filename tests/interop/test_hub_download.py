@@ -22,6 +22,10 @@
   wanted tensors' byte ranges (the byte count is asserted exactly against
   one made here from the headers) and writes the same repo as a local run;
   a second run reuses the fetched tensors.
+- each shard is resolved once (a HEAD) and its signed URL reused for every
+  range; -v prints the cut connection's retry; a signed URL the store
+  refuses as expired (403) is resolved again and the fetch completes;
+  quantize's fetch shows bytes, rate and time left on a terminal.
 - `mtpq upload` to the fake Hub backed by moto's S3 (PyPI; presigned PUTs,
   multipart with 5 MiB parts and real ETags; a 503 on the API and a 500 on a
   store PUT): the official client downloads identical files; the token never
@@ -37,7 +41,9 @@
   exits 7 for a missing one.
 Usage: test_hub_download.py MTPQ TESTDATA
 """
+import collections
 import filecmp
+import glob
 import json
 import os
 import shutil
@@ -223,6 +229,61 @@ with tempfile.TemporaryDirectory() as tmp:
         finally:
             srv.kill()
             srv.wait()
+    # a signed URL the store refuses (403 "Request has expired") is resolved again and the fetch goes on
+    srv, ports = start(os.path.join(TESTDATA, "tiny-qwen3next", "model"), "--expired", "1", log=os.path.join(tmp, "x.log"))
+    try:
+        env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_HUB_CACHE=os.path.join(tmp, "c9"),
+                   MTPQ_HUB_BACKOFF_S="0.01")
+        p = subprocess.run([MTPQ, "inspect", "-v", "org/model"], capture_output=True, text=True, env=env)
+        heads = collections.Counter(json.loads(l)["path"] for l in open(os.path.join(tmp, "x.log"))
+                                    if json.loads(l)["method"] == "HEAD")
+        check(p.returncode == 0 and "resolving again" in p.stderr and sorted(heads.values()) == [1, 2],
+              f"expired signed URL: rc {p.returncode}, HEADs {dict(heads)}, {p.stderr[-300:]}")
+    finally:
+        srv.kill()
+        srv.wait()
+    # a shard whose wanted tensors overlap is refused before anything is kept (each byte is fetched once)
+    bad = os.path.join(tmp, "bad")
+    os.makedirs(bad)
+    shutil.copy(os.path.join(TESTDATA, "tiny-qwen3next", "model", "config.json"), bad)
+    hdr = json.dumps({"mtp.a.weight": {"dtype": "BF16", "shape": [64], "data_offsets": [0, 128]},
+                      "mtp.b.weight": {"dtype": "BF16", "shape": [64], "data_offsets": [64, 192]},
+                      "lm_head.weight": {"dtype": "BF16", "shape": [4], "data_offsets": [192, 200]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    open(os.path.join(bad, "model.safetensors"), "wb").write(struct.pack("<Q", len(hdr)) + hdr + bytes(200))
+    srv, ports = start(bad)
+    try:
+        cache = os.path.join(tmp, "c11")
+        p = subprocess.run([MTPQ, "quantize", "org/model", "--vocab", "x.safetensors", "--expert-input-scale", "0.1",
+                            "--out", os.path.join(tmp, "badq")], capture_output=True, text=True,
+                           env=dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_HUB_CACHE=cache))
+        left = glob.glob(os.path.join(cache, ".mtpq-partial", "*", "*"))
+        check(p.returncode == 4 and "mtp.a.weight and mtp.b.weight overlap" in p.stderr and not left,
+              f"overlapping tensors: rc {p.returncode}, {p.stderr[-200:]}, left {left}")
+    finally:
+        srv.kill()
+        srv.wait()
+    # quantize's fetch on a terminal: bytes, rate and time left
+    if shutil.which("script"):
+        srv, ports = start(os.path.join(TESTDATA, "tiny-qwen3next", "model"), "--throttle", "20000")
+        try:
+            ids = os.path.join(tmp, "pids")
+            subprocess.run([MTPQ, "build-vocab", "--tokenizer", os.path.join(TESTDATA, "tiny-qwen3next", "model",
+                                                                             "tokenizer.json"),
+                            "--counts", os.path.join(TESTDATA, "tiny-qwen3next", "counts", "code_train.tsv"),
+                            "--size", "98304", "--out", ids], check=True, capture_output=True)
+            inner = " ".join(["env", f"HF_ENDPOINT=http://127.0.0.1:{ports['hub']}",
+                              f"HF_HUB_CACHE={os.path.join(tmp, 'c10')}", MTPQ, "quantize", "org/model", "--vocab",
+                              ids + ".safetensors", "--expert-input-scale", "0.1667", "--out",
+                              os.path.join(tmp, "ttyq")])
+            ts = os.path.join(tmp, "typescript2")
+            p = subprocess.run(["script", "-qec", inner, ts], capture_output=True, text=True)
+            lines = [x for x in open(ts, errors="replace", newline="").read().split("\r") if "fetching" in x]
+            check(p.returncode == 0 and len(lines) >= 2 and any("MB/s, " in x and " s left" in x for x in lines)
+                  and "(100.0%)" in lines[-1], f"quantize tty progress: rc {p.returncode}, {lines[:2]} .. {lines[-1:]}")
+        finally:
+            srv.kill()
+            srv.wait()
     port = ports["hub"]  # the server is gone: connection refused
     p = mtpq(dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=os.path.join(tmp, "c6"),
                   MTPQ_HUB_BACKOFF_S="0.001"), "org/model")
@@ -235,9 +296,8 @@ def fetched_bytes(log):
     return sum(x["bytes"] for x in reqs if x["method"] == "GET" and "/resolve/" in x["path"] or x["server"] == "store")
 
 
-def wants(name):  # the drafter's tensors, as `mtpq quantize` selects them
-    return (name.startswith("mtp.") or name.startswith("lm_head.") or "embed_tokens." in name
-            or name.endswith("input_scale"))
+def wants(name):  # the drafter's tensors (the tiny model: tied head, no input_scale)
+    return name.startswith("mtp.") or name.startswith("lm_head.") or name == "model.embed_tokens.weight"
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -258,8 +318,10 @@ with tempfile.TemporaryDirectory() as tmp:
         p = subprocess.run(q + [model, "--out", local], capture_output=True, text=True)
         check(p.returncode == 0, f"local quantize: {p.stderr}")
         open(log, "w").close()
-        p = subprocess.run(q + ["org/model", "--out", remote], capture_output=True, text=True, env=env)
+        p = subprocess.run(q + ["-v", "org/model", "--out", remote], capture_output=True, text=True, env=env)
         check(p.returncode == 0 and "fetched" in p.stderr, f"hub quantize: {p.returncode} {p.stderr}")
+        # -v: the cut connection's retry is a line of its own
+        check("retry 1 of 5" in p.stderr, f"hub quantize -v: no retry line: {p.stderr}")
         if p.returncode == 0:  # the card names the Hub repo, the manifest its commit
             card = open(os.path.join(remote, "README.md")).read()
             man = json.load(open(os.path.join(remote, "mtpq_manifest.json")))
@@ -289,6 +351,8 @@ with tempfile.TemporaryDirectory() as tmp:
         check(want < repo, f"nothing saved: {want} of {repo}")
         trees = sum(1 for l in open(log) if "/tree/" in json.loads(l)["path"])
         check(trees == 1, f"the tree was listed {trees} times in one hub quantize")
+        heads = [json.loads(l)["path"] for l in open(log) if json.loads(l)["method"] == "HEAD"]
+        check(len(heads) == len(set(heads)) == 2, f"each shard resolved once: {heads}")
         p = subprocess.run([MTPQ, "verify-bitexact", local, remote], capture_output=True, text=True)
         check(p.returncode == 0, f"hub vs local repo: {p.stdout[-500:]} {p.stderr}")
         for f in sorted(os.listdir(local)):
