@@ -77,6 +77,18 @@ def attention(out, p, hidden, heads, kv, hd, o_nvfp4):
     bf16(out, f"{p}.self_attn.k_norm.weight", hd)
 
 
+def mtp_layer(t, H):
+    """the MTP layer's fc, norms and attention (BF16); returns its prefix for the MLP"""
+    bf16(t, "mtp.fc.weight", H, 2 * H)
+    for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        bf16(t, f"mtp.{n}.weight", H)
+    p = "mtp.layers.0"
+    bf16(t, f"{p}.input_layernorm.weight", H)
+    attention(t, p, H, 16, 2, 256, False)
+    bf16(t, f"{p}.post_attention_layernorm.weight", H)
+    return p
+
+
 def qwen3_next():
     H, L, V, E, I, S = 2048, 48, 151936, 512, 512, 512
     hk, hv, dk, dv = 16, 32, 128, 128
@@ -100,13 +112,7 @@ def qwen3_next():
         moe(t, p, H, E, I, S, True)
     bf16(t, "model.norm.weight", H)
     bf16(t, "lm_head.weight", V, H)
-    bf16(t, "mtp.fc.weight", H, 2 * H)
-    for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
-        bf16(t, f"mtp.{n}.weight", H)
-    p = "mtp.layers.0"
-    bf16(t, f"{p}.input_layernorm.weight", H)
-    attention(t, p, H, 16, 2, 256, False)
-    bf16(t, f"{p}.post_attention_layernorm.weight", H)
+    p = mtp_layer(t, H)
     moe(t, p, H, E, I, S, False)
     cfg = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": H,
            "num_hidden_layers": L, "vocab_size": V, "num_attention_heads": 16, "num_key_value_heads": 2,
@@ -155,13 +161,7 @@ def qwen3_5_moe():
         bf16(t, f"{v}.norm1.weight", 1152)
         bf16(t, f"{v}.norm2.weight", 1152)
     bf16(t, "lm_head.weight", V, H)
-    bf16(t, "mtp.fc.weight", H, 2 * H)
-    for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
-        bf16(t, f"mtp.{n}.weight", H)
-    p = "mtp.layers.0"
-    bf16(t, f"{p}.input_layernorm.weight", H)
-    attention(t, p, H, 16, 2, 256, False)
-    bf16(t, f"{p}.post_attention_layernorm.weight", H)
+    p = mtp_layer(t, H)
     bf16(t, f"{p}.mlp.gate.weight", E, H)
     bf16(t, f"{p}.mlp.experts.gate_up_proj", E, 2 * I, H)
     bf16(t, f"{p}.mlp.experts.down_proj", E, H, I)
