@@ -267,6 +267,15 @@ enum mtpq_status upload(gpu_session *g, const void *src, size_t n, const uint8_t
 // plan.cu: the plans of n tokens; a product launch (head, dense, routed) on the kernel that takes it
 enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err);
 // plan.cu: a one-term unrouted task (token j: x + j xs into y + j ys); a task list uploaded as one launch
+// rows of a and b (rb bytes each) alternating: a gate/up pair matrix (ledger 23)
+inline std::vector<uint8_t> interleave_rows(const uint8_t *a, const uint8_t *b, int64_t rows, size_t rb) {
+  std::vector<uint8_t> buf((size_t)(2 * rows) * rb);
+  for (int64_t i = 0; i < rows; i++) {
+    memcpy(&buf[(size_t)(2 * i) * rb], a + (size_t)i * rb, rb);
+    memcpy(&buf[(size_t)(2 * i + 1) * rb], b + (size_t)i * rb, rb);
+  }
+  return buf;
+}
 mv_task dense_task(int lin, const float *x, int64_t xs, float *y, int64_t ys, int nb);
 enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_launch *m, struct mtpq_err *err);
 void launch_mv(gpu_session *g, const mv_launch &m);

@@ -475,8 +475,10 @@ void t_enqueue(tseq *s, int T, int head) {
     }
     launch_mv(g, p.gu[i]);
     mark(g, "mlp gate/up");
-    go(g, true, k_t_swiglu, dim3(sb), dim3(256), 0, (const float *)m->gb, (const float *)m->ub, m->act, slots);
-    mark(g, "mlp swiglu");
+    if (!l.glu) { // (pairs: SwiGLU was in the gate/up product)
+      go(g, true, k_t_swiglu, dim3(sb), dim3(256), 0, (const float *)m->gb, (const float *)m->ub, m->act, slots);
+      mark(g, "mlp swiglu");
+    }
     launch_mv(g, p.down[i]);
     mark(g, "mlp down");
     // the separate shared expert (when it cannot be the down launch's last term) went to y2, weighted by wsel[K]

@@ -71,15 +71,6 @@ static enum mtpq_status upload_lin(gpu_session *g, const struct lin *L, dlin *ou
 // (row 2i: gate row i, 2i + 1: up row i; NVFP4 block scales likewise), so
 // that the warp holding a pair writes silu(gate) * up itself (no SwiGLU
 // kernel); s: the gate's scale, s2: the up's.
-static std::vector<uint8_t> interleave_rows(const uint8_t *a, const uint8_t *b, int64_t rows, size_t rb) {
-  std::vector<uint8_t> buf((size_t)(2 * rows) * rb);
-  for (int64_t i = 0; i < rows; i++) {
-    memcpy(&buf[(size_t)(2 * i) * rb], a + (size_t)i * rb, rb);
-    memcpy(&buf[(size_t)(2 * i + 1) * rb], b + (size_t)i * rb, rb);
-  }
-  return buf;
-}
-
 static enum mtpq_status upload_pairs(gpu_session *g, const struct lin *G, const struct lin *U, dlin *out,
                                      struct mtpq_err *err) {
   out->f = G->f, out->rows = 2 * G->rows, out->cols = G->cols, out->s = G->s, out->s2 = U->s, out->sc = nullptr;

@@ -73,6 +73,8 @@ struct tlayer_dev {
   int router, seg, sg, su, sd; // MLP (-1: none); dense: sg, su, sd
   int ex;                      // expert gate lins ex .. ex + E - 1, up + E, down + 2E
   bool shared_term;            // the shared expert is the down launch's last term (same shape and format)
+  bool glu;                    // MoE: every gate/up (routed and shared) a row-pair matrix at the gate's index,
+                               // SwiGLU in its product (the up entries empty); else k_t_swiglu
 };
 
 struct tplan {

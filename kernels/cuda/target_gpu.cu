@@ -50,6 +50,34 @@ static enum mtpq_status put_lin(tgpu *m, const struct lin *L, int64_t layer, con
   return MTPQ_OK;
 }
 
+// a gate/up pair as one row-pair matrix (rows gate 0, up 0, gate 1, ...; the gate's scale s, the up's s2) at *gi
+static enum mtpq_status put_pair(tgpu *m, const struct lin *G, const struct lin *U, int *gi, struct mtpq_err *err) {
+  dlin d = {};
+  d.f = G->f, d.rows = 2 * G->rows, d.cols = G->cols, d.s = G->s, d.s2 = U->s;
+  std::vector<uint8_t> buf = interleave_rows(G->w, U->w, G->rows, (size_t)(rt_lin_bytes(d) / d.rows));
+  enum mtpq_status st = arena_put(m, buf.data(), buf.size(), &d.w, err);
+  if (!st && G->f == LIN_NVFP4) {
+    buf = interleave_rows(G->scales, U->scales, G->rows, (size_t)(G->cols / 16));
+    st = arena_put(m, buf.data(), buf.size(), &d.sc, err);
+  }
+  if (st) return st;
+  *gi = (int)m->ctx.w.host.size();
+  m->ctx.w.host.push_back(d);
+  return MTPQ_OK;
+}
+
+// the up of a pair: an empty entry (rows 0), so the table's expert ranges keep their places
+static int put_empty(tgpu *m, const struct lin *U) {
+  dlin e = {};
+  e.f = U->f, e.rows = 0, e.cols = U->cols, e.s = e.s2 = 1.0f;
+  m->ctx.w.host.push_back(e);
+  return (int)m->ctx.w.host.size() - 1;
+}
+
+static bool pairable(const struct lin *G, const struct lin *U) {
+  return G->w && U->w && G->f == U->f && G->f != LIN_F32 && G->rows == U->rows && G->cols == U->cols;
+}
+
 static enum mtpq_status put_vec(tgpu *m, const float *v, int64_t n, float **out, struct mtpq_err *err) {
   *out = nullptr;
   if (!v) return MTPQ_OK;
@@ -120,7 +148,7 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
                         "multiple of 8) and 1, 2, 4, 8 or 16 query heads per KV head",
                         dir, (long long)t->D, (long long)G);
   m->t = t;
-  g->set.pdl = g->set.tune.pdl, g->set.glu = 0, g->set.lt_min = 0, g->set.fast = 1;
+  g->set.pdl = g->set.tune.pdl, g->set.glu = g->set.tune.glu, g->set.lt_min = 0, g->set.fast = 1;
   cudaGetDevice(&dev);
   if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || g->sms < 1) g->sms = 1;
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess)
@@ -189,15 +217,23 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
     d.router = d.seg = d.ex = -1;
     if (!st && w->moe) st = put_lin(m, &w->router, i, "mlp.gate", &d.router, err);
     if (!st && w->moe) st = put_lin(m, &w->seg, i, "mlp.shared_expert_gate", &d.seg, err);
-    if (!st) st = put_lin(m, &w->sg, i, "gate_proj", &d.sg, err);
-    if (!st) st = put_lin(m, &w->su, i, "up_proj", &d.su, err);
+    // MoE gate/up as row pairs (ledger 34) where every expert's and the shared expert's gate and up match
+    d.glu = w->moe && g->set.tune.glu && (!w->sg.w || pairable(&w->sg, &w->su));
+    for (int64_t e = 0; d.glu && e < w->E; e++) d.glu = pairable(&w->eg[e], &w->eu[e]);
+    if (!st && d.glu && w->sg.w) st = put_pair(m, &w->sg, &w->su, &d.sg, err);
+    if (!st && d.glu) d.su = w->sg.w ? put_empty(m, &w->su) : -1;
+    if (!st && d.glu && !w->sg.w) d.sg = -1;
+    if (!st && !d.glu) st = put_lin(m, &w->sg, i, "gate_proj", &d.sg, err);
+    if (!st && !d.glu) st = put_lin(m, &w->su, i, "up_proj", &d.su, err);
     if (!st) st = put_lin(m, &w->sd, i, "down_proj", &d.sd, err);
     if (!st && w->moe) { // gate lins, then up, then down: contiguous in the table, as k_mv's routing indexes them
       const char *nm[3] = {"experts' gate_proj", "experts' up_proj", "experts' down_proj"};
       for (int k = 0; k < 3 && !st; k++)
         for (int64_t e = 0; e < w->E && !st; e++) {
           int idx = 0;
-          st = put_lin(m, &(k == 0 ? w->eg : k == 1 ? w->eu : w->ed)[e], i, nm[k], &idx, err);
+          if (d.glu && k == 0) st = put_pair(m, &w->eg[e], &w->eu[e], &idx, err);
+          else if (d.glu && k == 1) idx = put_empty(m, &w->eu[e]);
+          else st = put_lin(m, &(k == 0 ? w->eg : k == 1 ? w->eu : w->ed)[e], i, nm[k], &idx, err);
           if (!st && k == 0 && e == 0) d.ex = idx;
         }
       for (int64_t e = 1; e < w->E && !st; e++)
@@ -287,18 +323,24 @@ static enum mtpq_status build(tgpu *m, int T, struct mtpq_err *err) {
       const int64_t E = t->layers[i].mlp.E, Kl = t->layers[i].mlp.topk;
       rs.push_back(dense_task(l.router, m->a, HS, m->pr, m->E, T));
       if (l.seg >= 0) rs.push_back(dense_task(l.seg, m->a, HS, m->sz, 1, T));
-      for (int tok = 0; tok < T; tok++)
+      for (int tok = 0; tok < T; tok++) // with pairs one task writes silu(gate) * up straight into act
         for (int64_t k = 0; k < Kl; k++)
-          for (int w = 0; w < 2; w++) {
-            mv_task x = dense_task(l.ex + (int)(w * E), m->a + tok * HS, HS, (w ? m->ub : m->gb) + tok * SI + k * m->IM,
-                                   0, 1);
-            x.tok = tok, x.t[0].sel_k = (int)k;
+          for (int w = 0; w < (l.glu ? 1 : 2); w++) {
+            float *y = l.glu ? m->act : w ? m->ub : m->gb;
+            mv_task x = dense_task(l.ex + (int)(w * E), m->a + tok * HS, HS, y + tok * SI + k * m->IM, 0, 1);
+            x.tok = tok, x.t[0].sel_k = (int)k, x.glu = l.glu;
             gu.push_back(x);
           }
       // the shared expert a task per token too: every task of the launch one token, so it runs on k_mv's
       // one-token kernels (with the shared expert at T tokens the whole launch took the T-token ones, whose
       // registers go to tokens the routed tasks do not have: 4.9 ms of 11.6 at T = 4, ledger 29)
       for (int tok = 0; l.sg >= 0 && tok < T; tok++) {
+        if (l.glu) {
+          mv_task x = dense_task(l.sg, m->a + tok * HS, HS, m->act + tok * SI + K * m->IM, SI, 1);
+          x.glu = 1;
+          gu.push_back(x);
+          continue;
+        }
         gu.push_back(dense_task(l.sg, m->a + tok * HS, HS, m->gb + tok * SI + K * m->IM, SI, 1));
         gu.push_back(dense_task(l.su, m->a + tok * HS, HS, m->ub + tok * SI + K * m->IM, SI, 1));
       }

@@ -18,8 +18,9 @@
  *                    allows (k_head_dyn, k_head_mma); 0: the FFMA head (k_mv)
  *   dmma=0|1         1: plain dense products at 2..8 tokens on tensor cores
  *                    (k_dmma); 0: k_mv
- *   glu=0|1          1: the routed experts' gate/up as row-pair matrices with
- *                    SwiGLU in the product; 0: separate, then k_swiglu
+ *   glu=0|1          1: the routed experts' gate/up (and, in the target, the
+ *                    shared expert's) as row-pair matrices with SwiGLU in the
+ *                    product; 0: separate, then k_swiglu (k_t_swiglu)
  *   lt=0..8          the stock BF16 head through cuBLASLt from this many
  *                    tokens a step (default 5; 0: never)
  *   attn_ring=0|2    2: the attention's ring blocks, several splits each
