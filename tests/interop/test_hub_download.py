@@ -353,6 +353,16 @@ with tempfile.TemporaryDirectory() as tmp:
         check(trees == 1, f"the tree was listed {trees} times in one hub quantize")
         heads = [json.loads(l)["path"] for l in open(log) if json.loads(l)["method"] == "HEAD"]
         check(len(heads) == len(set(heads)) == 2, f"each shard resolved once: {heads}")
+        # the official client still reads the cache a partial fetch wrote: the small files offline, a clean scan
+        code = ("import sys; from huggingface_hub import hf_hub_download, scan_cache_dir; "
+                "print(hf_hub_download('org/model', 'config.json', cache_dir=sys.argv[1])); "
+                "r = [x for x in scan_cache_dir(sys.argv[1]).repos if x.repo_id == 'org/model'][0]; "
+                "print(sorted(f.file_name for rv in r.revisions for f in rv.files))")
+        o = subprocess.run([sys.executable, "-c", code, env["HF_HUB_CACHE"]], capture_output=True, text=True,
+                           env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        check(o.returncode == 0 and "config.json" in o.stdout.split("\n")[1]
+              and not any(f.endswith(".safetensors") for f in eval(o.stdout.split("\n")[1] or "[]")),
+              f"huggingface_hub on the partial fetch's cache: {o.stdout} {o.stderr[-500:]}")
         p = subprocess.run([MTPQ, "verify-bitexact", local, remote], capture_output=True, text=True)
         check(p.returncode == 0, f"hub vs local repo: {p.stdout[-500:]} {p.stderr}")
         for f in sorted(os.listdir(local)):
