@@ -244,70 +244,103 @@ struct tk_gdn_args {
   const float *proj, *conv_w, *A_log, *dt_bias, *gnorm;
   const int *chan_src, *z_src, *b_src, *a_src;
   float *conv, *rec; // nbuf slots each
-  float *mixo, *o, *o2;
+  float *o, *o2;
+  float *gss; // [T][HV][column blocks]: sums of squares of o for the gated norm
+  int *cnt;   // [HV]: column blocks done (0 between forwards)
   int T, HK, HV, dk, dv, Kc, conv_dim;
-  int64_t PS, MS, VS;
+  int64_t PS, VS;
   float eps;
 };
 
-// grid ceil(conv_dim / 128): each channel's causal conv over its last K
-// inputs + SiLU, token by token; the state after token i into slot
-// (cur + 1 + i) % nbuf
-__global__ void k_t_conv(tk_gdn_args A) {
-  rt_trigger();
-  rt_wait();
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= A.conv_dim) return;
-  const int K1 = A.Kc - 1, cur = A.c->cur, nbuf = A.c->nbuf;
-  const int64_t slot = (int64_t)A.conv_dim * K1;
-  float st[8], w[9];
-  for (int i = 0; i < K1; i++) st[i] = A.conv[cur * slot + (int64_t)c * K1 + i];
-  for (int i = 0; i <= K1; i++) w[i] = A.conv_w[(int64_t)c * A.Kc + i];
-  const int src = A.chan_src[c];
-  for (int t = 0; t < A.T; t++) {
-    const float x = A.proj[t * A.PS + src];
-    float acc = 0.0f;
-    for (int i = 0; i < K1; i++) acc += w[i] * st[i];
-    acc += w[K1] * x;
-    for (int i = 0; i + 1 < K1; i++) st[i] = st[i + 1];
-    st[K1 - 1] = x;
-    float *d = A.conv + ((cur + 1 + t) % nbuf) * slot + (int64_t)c * K1;
-    for (int i = 0; i < K1; i++) d[i] = st[i];
-    A.mixo[t * A.MS + c] = tk_silu(acc);
-  }
-}
-
 #define TK_RPT 16 // state rows a thread holds (dk <= 256: at most 16 warps)
 
-// grid (HV, ceil(dv / 32)), block 32 ceil(dk / TK_RPT): value head h's
-// recurrent state, columns 32 by, rows TK_RPT a thread, token by token
-// (target-architecture.md 2): S = S exp(g); u = S^T k; S += k (beta (v - u))^T;
-// o = S^T q, with q and k l2-normed (q also by dk^-0.5). The state after
-// token i goes to slot (cur + 1 + i) % nbuf.
+// The conv of up to two channels a thread (2 dk + 32 <= 2 x blockDim): its
+// weights and the last K - 1 inputs in registers, stepped a token at a time.
+struct tk_chan {
+  int c, src; // conv channel and its proj column; c < 0: none
+  bool write; // this block stores the channel's state slots (each channel has one writer)
+  float st[9], w[9];
+};
+
+// grid (HV, ceil(dv / 32)), block 32 ceil(dk / TK_RPT): Gated DeltaNet's
+// mixer for value head h, state columns 32 by (target-architecture.md 2),
+// token by token: (1) the causal conv + SiLU of the channels the block reads
+// (q and k of its key head, v of its columns; every block of a key head
+// computes its q and k, and the block (first value head of the group,
+// column block 0) stores their states; v has one block), the state after
+// token i into conv slot (cur + 1 + i) % nbuf; (2) the delta rule: S = S
+// exp(g); u = S^T k; S += k (beta (v - u))^T; o = S^T q, q and k l2-normed
+// (q also by dk^-0.5), the state after token i into slot (cur + 1 + i) %
+// nbuf; (3) after the last token, the gated RMSNorm (plain w) x silu(z)
+// over the head's dv outputs: each column block leaves its sums of squares
+// in gss; the last of the head's blocks to finish (cnt) normalises every
+// token's whole head and resets cnt.
 __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
-  __shared__ float qs[256], ks[256], red[16][32], red2[16][32], scal[4];
+  __shared__ float qs[256], ks[256], vs[32], red[16][32], red2[16][32], scal[4];
+  __shared__ bool last;
   rt_trigger();
   rt_wait();
   const int h = blockIdx.x, lane = threadIdx.x & 31, rg = threadIdx.x >> 5, RG = blockDim.x >> 5;
-  const int j = blockIdx.y * 32 + lane, dk = A.dk, dv = A.dv, kh = h / (A.HV / A.HK), kd = A.HK * dk;
-  const int cur = A.c->cur, nbuf = A.c->nbuf;
-  const int64_t slot = (int64_t)A.HV * dk * dv, hb = (int64_t)h * dk * dv;
+  const int r = A.HV / A.HK, j = blockIdx.y * 32 + lane, dk = A.dk, dv = A.dv, kh = h / r, kd = A.HK * dk;
+  const int cur = A.c->cur, nbuf = A.c->nbuf, K1 = A.Kc - 1, NCB = gridDim.y;
+  const int64_t slot = (int64_t)A.HV * dk * dv, hb = (int64_t)h * dk * dv, cslot = (int64_t)A.conv_dim * K1;
+  tk_chan ch[2];
+#pragma unroll
+  for (int q = 0; q < 2; q++) {
+    const int i = threadIdx.x + q * blockDim.x;
+    tk_chan &x = ch[q];
+    x.c = -1;
+    if (i < 2 * dk) { // q (i < dk), then k, of key head kh
+      x.c = i < dk ? kh * dk + i : kd + kh * dk + (i - dk);
+      x.write = h % r == 0 && blockIdx.y == 0;
+    } else if (i < 2 * dk + 32 && blockIdx.y * 32 + (i - 2 * dk) < dv) { // v of this block's columns
+      x.c = 2 * kd + h * dv + blockIdx.y * 32 + (i - 2 * dk);
+      x.write = true;
+    }
+    if (x.c < 0) continue;
+    x.src = A.chan_src[x.c];
+#pragma unroll
+    for (int k = 0; k < 9; k++) { // (fixed bounds: the arrays stay in registers)
+      if (k < K1) x.st[k] = A.conv[cur * cslot + (int64_t)x.c * K1 + k];
+      if (k <= K1) x.w[k] = A.conv_w[(int64_t)x.c * A.Kc + k];
+    }
+  }
   float S[TK_RPT];
 #pragma unroll
   for (int i = 0; i < TK_RPT; i++) {
-    const int r = rg * TK_RPT + i;
-    S[i] = r < dk && j < dv ? A.rec[cur * slot + hb + (int64_t)r * dv + j] : 0.0f;
+    const int rr = rg * TK_RPT + i;
+    S[i] = rr < dk && j < dv ? A.rec[cur * slot + hb + (int64_t)rr * dv + j] : 0.0f;
   }
   for (int t = 0; t < A.T; t++) {
-    const float *mx = A.mixo + t * A.MS;
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) qs[i] = mx[kh * dk + i], ks[i] = mx[kd + kh * dk + i];
+    const float *p = A.proj + t * A.PS;
+#pragma unroll
+    for (int q = 0; q < 2; q++) { // (1) the conv
+      tk_chan &x = ch[q];
+      if (x.c < 0) continue;
+      const float in = p[x.src];
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 9; k++) acc += k < K1 ? x.w[k] * x.st[k] : k == K1 ? x.w[k] * in : 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k++) x.st[k] = k + 1 < K1 ? x.st[k + 1] : k + 1 == K1 ? in : x.st[k];
+      if (x.write) {
+        float *d = A.conv + ((cur + 1 + t) % nbuf) * cslot + (int64_t)x.c * K1;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (k < K1) d[k] = x.st[k];
+      }
+      const int i = threadIdx.x + q * blockDim.x;
+      const float y = tk_silu(acc);
+      if (i < dk) qs[i] = y;
+      else if (i < 2 * dk) ks[i - dk] = y;
+      else vs[i - 2 * dk] = y;
+    }
     __syncthreads();
-    if (rg == 0) {
+    if (rg == 0) { // (2) the delta rule
       float sq = 0.0f, sk = 0.0f;
       for (int i = lane; i < dk; i += 32) sq += qs[i] * qs[i], sk += ks[i] * ks[i];
       sq = rt_warp_sum(sq), sk = rt_warp_sum(sk);
       if (lane == 0) {
-        const float *p = A.proj + t * A.PS;
         scal[0] = 1.0f / sqrtf(sq + 1e-6f) / sqrtf((float)dk);
         scal[1] = 1.0f / sqrtf(sk + 1e-6f);
         scal[2] = tk_sigm(p[A.b_src[h]]);
@@ -319,50 +352,54 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
     float u = 0.0f;
 #pragma unroll
     for (int i = 0; i < TK_RPT; i++) {
-      const int r = rg * TK_RPT + i;
+      const int rr = rg * TK_RPT + i;
       S[i] *= dec;
-      if (r < dk) u += S[i] * (ks[r] * rk);
+      if (rr < dk) u += S[i] * (ks[rr] * rk);
     }
     red[rg][lane] = u;
     __syncthreads();
     u = 0.0f;
     for (int g = 0; g < RG; g++) u += red[g][lane];
-    const float v = j < dv ? mx[2 * kd + h * dv + j] : 0.0f, d = beta * (v - u);
+    const float v = j < dv ? vs[lane] : 0.0f, d = beta * (v - u);
     float o = 0.0f;
 #pragma unroll
     for (int i = 0; i < TK_RPT; i++) {
-      const int r = rg * TK_RPT + i;
-      if (r < dk) S[i] += (ks[r] * rk) * d, o += S[i] * (qs[r] * rq);
+      const int rr = rg * TK_RPT + i;
+      if (rr < dk) S[i] += (ks[rr] * rk) * d, o += S[i] * (qs[rr] * rq);
     }
     red2[rg][lane] = o;
     __syncthreads();
-    if (rg == 0 && j < dv) {
-      float s = 0.0f;
-      for (int g = 0; g < RG; g++) s += red2[g][lane];
-      A.o[t * A.VS + (int64_t)h * dv + j] = s;
+    if (rg == 0) { // this block's outputs and their sum of squares (the gated norm's, after the last token)
+      float s2 = 0.0f;
+      for (int g = 0; g < RG; g++) s2 += red2[g][lane];
+      if (j < dv) A.o[t * A.VS + (int64_t)h * dv + j] = s2;
+      const float ss = rt_warp_sum(j < dv ? s2 * s2 : 0.0f);
+      if (lane == 0) A.gss[((int64_t)t * A.HV + h) * NCB + blockIdx.y] = ss;
     }
     float *dst = A.rec + ((cur + 1 + t) % nbuf) * slot + hb;
 #pragma unroll
     for (int i = 0; i < TK_RPT; i++) {
-      const int r = rg * TK_RPT + i;
-      if (r < dk && j < dv) dst[(int64_t)r * dv + j] = S[i];
+      const int rr = rg * TK_RPT + i;
+      if (rr < dk && j < dv) dst[(int64_t)rr * dv + j] = S[i];
     }
-    __syncthreads(); // qs, ks, red, red2 are rewritten by the next token
+    __syncthreads(); // qs, ks, vs, red, red2 are rewritten by the next token
   }
-}
-
-// grid (HV, T): the gated norm of value head h: w (as stored) x RMSNorm(o) x silu(z)
-__global__ void k_t_gnorm(tk_gdn_args A) {
-  __shared__ float sh[32];
-  rt_trigger();
-  rt_wait();
-  const int h = blockIdx.x, t = blockIdx.y, dv = A.dv;
-  const float *o = A.o + t * A.VS + (int64_t)h * dv;
-  float ss = 0.0f;
-  for (int j = threadIdx.x; j < dv; j += blockDim.x) ss += o[j] * o[j];
-  const float rn = 1.0f / sqrtf(tk_block_sum(ss, sh) / (float)dv + A.eps);
-  for (int j = threadIdx.x; j < dv; j += blockDim.x)
-    A.o2[t * A.VS + (int64_t)h * dv + j] = A.gnorm[j] * (o[j] * rn) * tk_silu(A.proj[t * A.PS + A.z_src[h * dv + j]]);
+  // (3) the gated norm of every token: the head's last column block to finish normalises all its dv columns
+  __threadfence(); // this block's o and sums before its count
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(A.cnt + h, 1) == NCB - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = 0; t < A.T; t++) {
+    float ss = 0.0f;
+    for (int b = 0; b < NCB; b++) ss += __ldcg(A.gss + ((int64_t)t * A.HV + h) * NCB + b);
+    const float rn = 1.0f / sqrtf(ss / (float)dv + A.eps);
+    const float *ot = A.o + t * A.VS + (int64_t)h * dv, *p = A.proj + t * A.PS;
+    for (int c = threadIdx.x; c < dv; c += blockDim.x)
+      A.o2[t * A.VS + (int64_t)h * dv + c] = A.gnorm[c] * (__ldcg(ot + c) * rn) * tk_silu(p[A.z_src[h * dv + c]]);
+  }
+  if (threadIdx.x == 0) A.cnt[h] = 0; // for the next forward
 }
 
 // grid T, one warp a token: softmax over the router's logits (lane l
@@ -433,8 +470,8 @@ void t_enqueue(tseq *s, int T, int head) {
                      (int)t->Nq, (int)t->Nkv, (int)t->D, (int)t->rot, (int)m->NSMAX, T, m->QGS, m->KVS, m->ATS,
                      t->theta, t->eps};
   tk_gdn_args ga = {s->call, m->proj, nullptr, nullptr, nullptr, nullptr, m->chan_src, m->z_src, m->b_src, m->a_src,
-                    nullptr, nullptr, m->mixo, m->o, m->o2, T, (int)t->HK, (int)t->HV, (int)t->dk, (int)t->dv,
-                    (int)t->Kc, (int)t->conv_dim, m->PS, m->MS, m->VS, t->eps};
+                    nullptr, nullptr, m->o, m->o2, m->gss, m->cnt, T, (int)t->HK, (int)t->HV, (int)t->dk, (int)t->dv,
+                    (int)t->Kc, (int)t->conv_dim, m->PS, m->VS, t->eps};
   for (int64_t i = 0; i < t->L; i++) {
     const tlayer_dev &l = m->L[i];
     launch_mv(g, p.proj[i]);
@@ -451,13 +488,9 @@ void t_enqueue(tseq *s, int T, int head) {
     } else {
       ga.conv_w = l.conv_w, ga.A_log = l.A_log, ga.dt_bias = l.dt_bias, ga.gnorm = l.gnorm;
       ga.conv = s->conv[i], ga.rec = s->rec[i];
-      go(g, true, k_t_conv, dim3((unsigned)((t->conv_dim + 127) / 128)), dim3(128), 0, ga);
-      mark(g, "gdn conv");
       const int rg = (int)((t->dk + TK_RPT - 1) / TK_RPT);
       go(g, true, k_t_gdn, dim3((unsigned)t->HV, (unsigned)((t->dv + 31) / 32)), dim3(32 * rg), 0, ga);
-      mark(g, "gdn recurrence");
-      go(g, true, k_t_gnorm, dim3((unsigned)t->HV, T), dim3(128), 0, ga);
-      mark(g, "gdn gated norm");
+      mark(g, "gdn conv + recurrence + gated norm");
     }
     launch_mv(g, p.out[i]);
     mark(g, l.kind == 'A' ? "attn o_proj" : "gdn out_proj");

@@ -6,9 +6,9 @@
 //   per layer:
 //     'L' (Gated DeltaNet):
 //       proj        launch_mv: in_proj_qkvz + in_proj_ba, or in_proj_qkv/z/b/a, into one row per token
-//       k_t_conv    depthwise causal conv1d + SiLU per channel, the conv state of every token into its slot
-//       k_t_gdn     l2norm(q, k), gates, the delta rule per value head, the state of every token into its slot
-//       k_t_gnorm   the gated RMSNorm (plain w) x silu(z)
+//       k_t_gdn     per value head: the depthwise causal conv1d + SiLU of the channels it reads, l2norm(q, k),
+//                   gates, the delta rule, the gated RMSNorm (plain w) x silu(z) (the head's last column block);
+//                   the conv and recurrent state of every token into its slot
 //       out         launch_mv: out_proj
 //     'A' (gated attention):
 //       q, k, v     launch_mv (one launch, three tasks)
@@ -92,11 +92,12 @@ struct tgpu {
   int head = -1;
   float *final_norm = nullptr;
   const uint8_t *embed = nullptr;
-  int64_t H, HS, P, PS, MS, VS, QGS, KVS, ATS, IM, S, E, K, NSMAX;
+  int64_t H, HS, P, PS, VS, QGS, KVS, ATS, IM, S, E, K, NSMAX;
   int *chan_src = nullptr, *z_src = nullptr, *b_src = nullptr, *a_src = nullptr; // GDN: where each input is in the projections' row
   // activations, [MTPQ_TCUDA_MAX_T] rows each
-  float *h, *a, *y, *y2, *proj, *mixo, *o, *o2, *qg, *kk, *vv, *att, *pm, *pl, *pacc, *pr, *sz, *wsel, *gb, *ub, *act,
+  float *h, *a, *y, *y2, *proj, *o, *o2, *gss, *qg, *kk, *vv, *att, *pm, *pl, *pacc, *pr, *sz, *wsel, *gb, *ub, *act,
       *hid, *logits;
+  int *cnt; // k_t_gdn's column blocks done, per value head
   tplan plans[MTPQ_TCUDA_MAX_T + 1];
 };
 

@@ -26,7 +26,7 @@ is what scatters each expert's input_scale between weight_scale_2 values.
 input_scale = 0.02 + layer / 10,000, weight_scale_2 = 1e-4: finite values a
 recipe can read; every other byte reads as zero.
 
-Usage: make_replica.py LAYOUT OUT_DIR TOKENIZER_JSON"""
+Usage: make_replica.py LAYOUT OUT_DIR TOKENIZER_JSON|-"""
 import json
 import os
 import shutil
@@ -234,7 +234,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    shutil.copy(tok, os.path.join(out, "tokenizer.json"))
+    if tok != "-":  # (- : none; the runtime's benchmarks need no tokenizer)
+        shutil.copy(tok, os.path.join(out, "tokenizer.json"))
     n, total = write(tensors, out)
     print(json.dumps({"layout": layout, "tensors": len(tensors), "shards": n, "bytes": total}))
 
