@@ -18,7 +18,8 @@
 //       o           launch_mv: o_proj
 //     k_t_addnorm   residual + post-attention norm
 //     MoE: router (+ shared_expert_gate) launch_mv, k_t_route (softmax, top-k, weights),
-//          gate/up of each (token, expert) + the shared expert's launch_mv, k_t_swiglu,
+//          gate/up of each (token, expert) + the shared expert's launch_mv (row pairs, SwiGLU in the
+//          product; separate matrices + k_t_swiglu with MTPQ_CUDA_TUNE=glu=0 or unmatched shapes),
 //          down launch_mv (routed experts and the shared expert summed with their weights)
 //     dense: gate/up launch_mv, k_t_swiglu, down launch_mv
 //     k_t_addnorm   residual + the next layer's input norm (the final norm after the last)
