@@ -89,20 +89,26 @@ def mtp_layer(t, H):
     return p
 
 
-def qwen3_next():
-    H, L, V, E, I, S = 2048, 48, 151936, 512, 512, 512
+def trunk(t, m, L, V, H, E, I, S, next_layout, o_nvfp4):
+    """embedding, L decoder layers (every 4th full attention, the rest Gated DeltaNet with
+    Qwen3-Next's fused in_proj_qkvz/ba or Qwen3.5's separate qkv/z/b/a), NVFP4 MoE, final norm"""
     hk, hv, dk, dv = 16, 32, 128, 128
-    t = []
-    bf16(t, "model.embed_tokens.weight", V, H)
+    bf16(t, f"{m}.embed_tokens.weight", V, H)
     for i in range(L):
-        p = f"model.layers.{i}"
+        p = f"{m}.layers.{i}"
         bf16(t, f"{p}.input_layernorm.weight", H)
         if i % 4 == 3:
-            attention(t, p, H, 16, 2, 256, True)
+            attention(t, p, H, 16, 2, 256, o_nvfp4)
         else:
             a = f"{p}.linear_attn"
-            bf16(t, f"{a}.in_proj_qkvz.weight", 2 * hk * dk + 2 * hv * dv, H)
-            bf16(t, f"{a}.in_proj_ba.weight", 2 * hv, H)
+            if next_layout:
+                bf16(t, f"{a}.in_proj_qkvz.weight", 2 * hk * dk + 2 * hv * dv, H)
+                bf16(t, f"{a}.in_proj_ba.weight", 2 * hv, H)
+            else:
+                bf16(t, f"{a}.in_proj_qkv.weight", 2 * hk * dk + hv * dv, H)
+                bf16(t, f"{a}.in_proj_z.weight", hv * dv, H)
+                bf16(t, f"{a}.in_proj_b.weight", hv, H)
+                bf16(t, f"{a}.in_proj_a.weight", hv, H)
             bf16(t, f"{a}.conv1d.weight", 2 * hk * dk + hv * dv, 1, 4)
             bf16(t, f"{a}.dt_bias", hv)
             t.append((f"{a}.A_log", "F32", [hv]))
@@ -110,7 +116,14 @@ def qwen3_next():
             bf16(t, f"{a}.out_proj.weight", H, hv * dv)
         bf16(t, f"{p}.post_attention_layernorm.weight", H)
         moe(t, p, H, E, I, S, True)
-    bf16(t, "model.norm.weight", H)
+    bf16(t, f"{m}.norm.weight", H)
+    return hk, hv, dk, dv
+
+
+def qwen3_next():
+    H, L, V, E, I, S = 2048, 48, 151936, 512, 512, 512
+    t = []
+    hk, hv, dk, dv = trunk(t, "model", L, V, H, E, I, S, True, True)
     bf16(t, "lm_head.weight", V, H)
     p = mtp_layer(t, H)
     moe(t, p, H, E, I, S, False)
@@ -129,29 +142,8 @@ def qwen3_next():
 
 def qwen3_5_moe():
     H, L, V, E, I, S = 2048, 40, 248320, 256, 512, 512
-    hk, hv, dk, dv = 16, 32, 128, 128
-    m = "model.language_model"
     t = []
-    bf16(t, f"{m}.embed_tokens.weight", V, H)
-    for i in range(L):
-        p = f"{m}.layers.{i}"
-        bf16(t, f"{p}.input_layernorm.weight", H)
-        if i % 4 == 3:
-            attention(t, p, H, 16, 2, 256, False)
-        else:
-            a = f"{p}.linear_attn"
-            bf16(t, f"{a}.in_proj_qkv.weight", 2 * hk * dk + hv * dv, H)
-            bf16(t, f"{a}.in_proj_z.weight", hv * dv, H)
-            bf16(t, f"{a}.in_proj_b.weight", hv, H)
-            bf16(t, f"{a}.in_proj_a.weight", hv, H)
-            bf16(t, f"{a}.conv1d.weight", 2 * hk * dk + hv * dv, 1, 4)
-            bf16(t, f"{a}.dt_bias", hv)
-            t.append((f"{a}.A_log", "F32", [hv]))
-            bf16(t, f"{a}.norm.weight", dv)
-            bf16(t, f"{a}.out_proj.weight", H, hv * dv)
-        bf16(t, f"{p}.post_attention_layernorm.weight", H)
-        moe(t, p, H, E, I, S, True)
-    bf16(t, f"{m}.norm.weight", H)
+    hk, hv, dk, dv = trunk(t, "model.language_model", L, V, H, E, I, S, False, False)
     for b in range(27):  # the vision tower: never read by the recipe
         v = f"model.visual.blocks.{b}"
         bf16(t, f"{v}.attn.qkv.weight", 3 * 1152, 1152)
