@@ -24,7 +24,8 @@
   a second run reuses the fetched tensors.
 - each shard is resolved once (a HEAD) and its signed URL reused for every
   range; -v prints the cut connection's retry; a signed URL the store
-  refuses as expired (403) is resolved again and the fetch completes;
+  refuses as expired (403) is resolved again and the fetch completes, and
+  one about to expire is resolved again before the request;
   quantize's fetch shows bytes, rate and time left on a terminal.
 - `mtpq upload` to the fake Hub backed by moto's S3 (PyPI; presigned PUTs,
   multipart with 5 MiB parts and real ETags; a 503 on the API and a 500 on a
@@ -260,6 +261,21 @@ with tempfile.TemporaryDirectory() as tmp:
         left = glob.glob(os.path.join(cache, ".mtpq-partial", "*", "*"))
         check(p.returncode == 4 and "mtp.a.weight and mtp.b.weight overlap" in p.stderr and not left,
               f"overlapping tensors: rc {p.returncode}, {p.stderr[-200:]}, left {left}")
+    finally:
+        srv.kill()
+        srv.wait()
+    # a signed URL about to expire (the store states 20 s; mtpq keeps a 30 s margin) is resolved again before each
+    # request instead of failing: as many HEADs as ranged GETs, and the same report
+    srv, ports = start(os.path.join(TESTDATA, "tiny-qwen3next", "model"), "--url-ttl", "20",
+                       log=os.path.join(tmp, "ttl.log"))
+    try:
+        env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{ports['hub']}", HF_HUB_CACHE=os.path.join(tmp, "c12"))
+        p = subprocess.run([MTPQ, "inspect", "org/model"], capture_output=True, text=True, env=env)
+        reqs = [json.loads(l) for l in open(os.path.join(tmp, "ttl.log"))]
+        heads = sum(1 for x in reqs if x["method"] == "HEAD")
+        ranged = sum(1 for x in reqs if x["server"] == "store" and x["range"] and x["status"] == 206)
+        check(p.returncode == 0 and "mtp" in p.stdout and heads == ranged == 4,
+              f"expiring signed URLs: rc {p.returncode}, {heads} HEADs, {ranged} ranged GETs, {p.stderr[-300:]}")
     finally:
         srv.kill()
         srv.wait()
