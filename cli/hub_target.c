@@ -35,22 +35,32 @@ void cli_hub_hooks(struct mtpq_hub_env *env) {
 
 struct rate {
   double t0, last;
-  int shown;
+  int shown, tty, quarter; /* quarter: the log's last line (1..4) */
 };
 
-/* A terminal's progress line for a fetch: bytes, rate and time left,
- * redrawn at most 5 times a second. */
+/* Progress of a fetch: on a terminal a line of bytes, rate and time left,
+ * redrawn at most 5 times a second; in a log (a CI job) a line at each
+ * quarter of a fetch of 256 MB or more, so a long fetch is not silent. */
 static void fetch_progress(void *ud, const char *path, uint64_t done, uint64_t total) {
   struct rate *r = ud;
   const double t = cli_now_s();
   if (r->t0 == 0) r->t0 = r->last = t; /* the first call starts the clock */
-  if (done < total && t - r->last < 0.2) return;
-  r->last = t;
   const double el = t - r->t0, rate = el > 0 ? (double)done / el : 0;
   char a[32], b[32], left[40] = "";
+  const double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+  if (!r->tty) {
+    const int q = total && done < total ? (int)(4 * done / total) : 4;
+    if (total < ((uint64_t)256 << 20) || q <= r->quarter) return;
+    r->quarter = q;
+    fprintf(stderr, "mtpq: fetched %s of %s (%.0f%%) at %.1f MB/s\n", cli_bytes(done, a, sizeof a),
+            cli_bytes(total, b, sizeof b), pct, rate / 1e6);
+    return;
+  }
+  if (done < total && t - r->last < 0.2) return;
+  r->last = t;
   if (rate > 0 && total > done) snprintf(left, sizeof left, ", %.0f s left", (double)(total - done) / rate);
   fprintf(stderr, "\rmtpq: fetching %s of %s (%5.1f%%) at %.1f MB/s%s  %-28.28s", cli_bytes(done, a, sizeof a),
-          cli_bytes(total, b, sizeof b), total ? 100.0 * (double)done / (double)total : 100.0, rate / 1e6, left, path);
+          cli_bytes(total, b, sizeof b), pct, rate / 1e6, left, path);
   r->shown = 1;
 }
 
@@ -70,7 +80,8 @@ int cli_hub_target(const char *cmd, const char *target, const char *rev, mtpq_te
   struct mtpq_partial_result r;
   struct rate rt = {0};
   struct mtpq_partial_opts o = {target, rev, selection, select, NULL, NULL, NULL};
-  if (cli_verbosity >= 1 && isatty(2)) o.progress = fetch_progress, o.progress_ud = &rt;
+  rt.tty = isatty(2);
+  if (cli_verbosity >= 1) o.progress = fetch_progress, o.progress_ud = &rt;
   enum mtpq_status st = mtpq_hub_env_load(&env, &err);
   if (!st) {
     cli_hub_hooks(&env);

@@ -11,7 +11,8 @@ From the server's log, for each:
   of them, where the recipe's bytes are the small files, every shard's
   header and the tensors this test selects by its own rule: mtp.*, the
   untied head, the expert input_scales of the last trunk layer;
-- the fetched index names exactly those tensors, and quantize succeeds.
+- the fetched index names exactly those tensors, and quantize succeeds;
+- stderr, not a terminal, has a progress line at each quarter of the fetch.
 Slow (about a minute and 7 GB of scratch disk, freed at the end).
 Usage: test_hub_scale.py MTPQ TESTDATA"""
 import collections
@@ -88,6 +89,8 @@ with tempfile.TemporaryDirectory() as tmp:
             print(p.stderr.strip())
             check(p.returncode == 0 and os.path.exists(os.path.join(out, "mtpq_manifest.json")),
                   f"{rid}: quantize exit {p.returncode}")
+            logged = re.findall(r"mtpq: fetched .* \((\d+)%\) at", p.stderr)
+            check(logged == ["25", "50", "75", "100"], f"{rid}: a log's progress lines at each quarter: {logged}")
             reqs = [json.loads(x) for x in open(log)]
             resolves = collections.Counter(x["path"].split("/resolve/", 1)[1].split("/", 1)[1]
                                            for x in reqs if x["server"] == "hub" and "/resolve/" in x["path"])
