@@ -30,9 +30,11 @@ for f in "${harnesses[@]}"; do
   [ -x "$f" ] || { echo "fuzz: no harness $f"; fail=1; continue; }
   cp "$H/corpus/$n"/* "$work"/ 2>/dev/null
   before=$(ls "$work" | wc -l)
+  t0=$SECONDS
   TMPDIR=$art "$f" -max_total_time="$S" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
     -artifact_prefix="$art/" -print_final_stats=1 "$work" > "$art/log" 2>&1
   rc=$?
+  ran=$((SECONDS - t0)) # (a run stopped by a crash or timeout is shorter than S)
   execs=$(grep -o 'number_of_executed_units: *[0-9]*' "$art/log" | grep -o '[0-9]*$' | tail -1)
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$art/log" | tail -1)
   printf 'fuzz %-12s %3ss: %s executions, %s, corpus %d -> %d' "$n" "$S" "${execs:-?}" "${cov:-cov ?}" \
@@ -49,7 +51,7 @@ for f in "${harnesses[@]}"; do
   if [ "$GROW" = --grow ]; then
     mkdir -p "$H/corpus/$n"
     "$f" -merge=1 "$H/corpus/$n" "$work" > /dev/null 2>&1
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$(date -u +%F)" "$n" "$S" "${execs:-?}" \
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$(date -u +%F)" "$n" "$ran" "${execs:-?}" \
       "${cov:-?}" "$([ "$rc" -eq 0 ] && [ ${#crashes[@]} -eq 0 ] && echo none || echo CRASH)" >> "$H/HOURS.md"
   fi
   rm -rf "$work" "$art"
