@@ -306,33 +306,6 @@ enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method,
   return request(env, method, url, sink, range_from, HUB_NO_RANGE, r, err);
 }
 
-enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url, FILE *f, uint64_t from, uint64_t to,
-                                 uint64_t *got, struct mtpq_err *err) {
-  uint64_t pos = from;
-  long start = ftell(f);
-  for (int fails = 0; pos <= to;) {
-    struct hub_resp r;
-    enum mtpq_status st = request(env, "GET", url, f, pos, to, &r, err);
-    fflush(f);
-    uint64_t now = (uint64_t)(ftell(f) - start) + from;
-    if (now > pos) fails = 0, *got += now - pos;
-    pos = now;
-    long status = r.status;
-    double ra = r.retry_after;
-    if (!st && status == 200)
-      st = mtpq_err_set(err, MTPQ_E_SERVER, "%s: the server ignored Range: bytes=%llu-%llu (HTTP 200)", url,
-                        (unsigned long long)pos, (unsigned long long)to);
-    else if (!st && status >= 400 && !hub_retryable(status)) st = hub_status_error(&r, url, err);
-    hub_resp_free(&r);
-    if (st && st != MTPQ_E_NET) return st;
-    if (!st && status == 206 && pos > to) return MTPQ_OK;
-    if (++fails > 5)
-      return st ? st : mtpq_err_set(err, MTPQ_E_NET, "%s: gave up after 5 retries (HTTP %ld)", url, status);
-    hub_backoff(env, fails - 1, ra, st ? err->msg : "a retryable HTTP status");
-  }
-  return MTPQ_OK;
-}
-
 enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, const char *url, const char *ctype,
                           const void *mem, FILE *f, uint64_t off, uint64_t len, int retry, struct hub_resp *r,
                           struct mtpq_err *err) {

@@ -38,11 +38,6 @@ void hub_set_sink_progress(hub_sink_progress_fn fn, void *ud);
  * MTPQ_OK with r->status set, or E_NET when no HTTP response came. */
 enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method, const char *url, FILE *sink,
                              uint64_t range_from, struct hub_resp *r, struct mtpq_err *err);
-/* Bytes [from, to] of url appended to f,
- * retrying cut connections and 408/429/5xx like a download; a 200 (Range
- * ignored) is refused. *got counts bytes received. */
-enum mtpq_status hub_fetch_range(const struct mtpq_hub_env *env, const char *url, FILE *f, uint64_t from, uint64_t to,
-                                 uint64_t *got, struct mtpq_err *err);
 /* GET with retries on network errors, 408, 429 and 5xx (backoff 1, 2, 4, 8,
  * 8 x env->backoff_s, Retry-After honoured); other statuses map to E_AUTH
  * (401, 403) or E_SERVER with the server's message. */
