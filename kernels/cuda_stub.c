@@ -65,6 +65,13 @@ enum mtpq_status mtpq__tcuda_forward(void *s, int T, const int32_t *tokens, int6
   (void)s, (void)T, (void)tokens, (void)pos0, (void)cur, (void)head, (void)hidden, (void)logits, (void)argmax;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
+enum mtpq_status mtpq__tcuda_forward_many(void *const *s, int n, int Tn, const int32_t *const *tokens,
+                                          const int64_t *pos0, const int *cur, int head, float *const *hidden,
+                                          float *const *logits, int32_t *const *argmax, struct mtpq_err *err) {
+  (void)s, (void)n, (void)Tn, (void)tokens, (void)pos0, (void)cur, (void)head, (void)hidden, (void)logits;
+  (void)argmax;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
 enum mtpq_status mtpq__tcuda_seq_gdn(void *s, int layer, int slot, float *conv, float *rec, struct mtpq_err *err) {
   (void)s, (void)layer, (void)slot, (void)conv, (void)rec;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");

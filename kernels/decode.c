@@ -125,6 +125,10 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   float *dh = malloc((size_t)(B * H) * sizeof *dh);
   int32_t *dd = malloc((size_t)(B * (k > 1 ? k : 1)) * sizeof *dd), d0[MTPQ_MAX_SEQS];
   int64_t dp[MTPQ_MAX_SEQS];
+  struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, argmax */
+  const int32_t *vt[MTPQ_MAX_SEQS];
+  float *vh[MTPQ_MAX_SEQS];
+  int32_t *va[MTPQ_MAX_SEQS];
   if (!rc && (!dh || !dd)) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, c0 + most + k + 1, 0, B, &dr, err);
   /* the prompts: their hidden states, and the target's first token (the argmax after the last) */
@@ -133,14 +137,21 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   const double gen0 = mtpq__now();
   double ts = 0, ds = 0, t0;
   for (int live = B; !rc && live > 0;) {
-    if (!drafter) { /* the target alone, a token a sequence a step: x[c] in, x[c + 1] out */
-      live = 0;
+    if (!drafter) { /* the target alone, a token a sequence a step (all live sequences together): x[c] in, x[c + 1] out */
+      int n = 0;
+      for (int b = 0; b < B; b++) {
+        struct gseq *g = &q[b];
+        if (g->c >= g->N - 1) continue;
+        vs[n] = g->s, vt[n] = g->x + g->c, vh[n] = g->h + g->c * H, va[n] = g->x + g->c + 1, n++;
+      }
+      t0 = mtpq__now();
+      rc = mtpq_target_verify_many(vs, n, 1, vt, vh, va, err);
+      for (int i = 0; i < n && !rc; i++) rc = mtpq_target_accept(vs[i], 0, err);
+      ts += mtpq__now() - t0, live = 0;
       for (int b = 0; b < B && !rc; b++) {
         struct gseq *g = &q[b];
         if (g->c >= g->N - 1) continue;
-        t0 = mtpq__now();
-        rc = mtpq_target_step(g->s, g->x[g->c], g->h + g->c * H, NULL, &g->x[g->c + 1], err);
-        ts += mtpq__now() - t0, g->c++, live += g->c < g->N - 1;
+        g->c++, live += g->c < g->N - 1;
       }
       continue;
     }
@@ -164,32 +175,45 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
     }
     if (!rc && k > 1) rc = mtpq_session_draft(dr, B, d0, dh, dp, k - 1, dd, err);
     ds += mtpq__now() - t0;
-    /* the target verifies each live sequence's [x[c], d0 .. d(keff-1)] at c .. c + keff */
+    /* the target verifies each live sequence's [x[c], d0 .. d(keff-1)] at c .. c + keff: those with the
+     * same keff together (mtpq_target_verify_many; all of them but near the end) */
+    int32_t d[MTPQ_MAX_SEQS][MTPQ_MAX_K + 1], v[MTPQ_MAX_SEQS][MTPQ_MAX_K + 1], a[MTPQ_MAX_SEQS][MTPQ_MAX_K + 1];
+    int kf[MTPQ_MAX_SEQS];
+    for (int b = 0; b < B; b++) {
+      struct gseq *g = &q[b];
+      kf[b] = g->c >= g->N - 1 ? 0 : (int)(g->N - 1 - g->c < k ? g->N - 1 - g->c : k);
+      d[b][0] = d0[b];
+      for (int i = 1; i < kf[b]; i++) d[b][i] = dd[(i - 1) * B + b];
+      v[b][0] = g->x[g->c];
+      memcpy(v[b] + 1, d[b], (size_t)kf[b] * sizeof **v);
+    }
+    t0 = mtpq__now();
+    for (int ke = 1; ke <= k && !rc; ke++) {
+      int n = 0;
+      for (int b = 0; b < B; b++)
+        if (kf[b] == ke) vs[n] = q[b].s, vt[n] = v[b], vh[n] = q[b].h + q[b].c * H, va[n] = a[b], n++;
+      if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, va, err);
+      for (int i = 0; i < n; i++) bf16_rows(vh[i], (ke + 1) * H);
+    }
+    ts += mtpq__now() - t0;
     live = 0;
     for (int b = 0; b < B && !rc; b++) {
       struct gseq *g = &q[b];
-      if (g->c >= g->N - 1) continue;
+      if (!kf[b]) continue;
       const int64_t c = g->c;
-      const int keff = (int)(g->N - 1 - c < k ? g->N - 1 - c : k);
-      int32_t d[MTPQ_MAX_K + 1], v[MTPQ_MAX_K + 1], a[MTPQ_MAX_K + 1];
-      d[0] = d0[b];
-      for (int i = 1; i < keff; i++) d[i] = dd[(i - 1) * B + b];
-      v[0] = g->x[c];
-      memcpy(v + 1, d, (size_t)keff * sizeof *v);
+      const int keff = kf[b];
       t0 = mtpq__now();
-      rc = mtpq_target_verify(g->s, keff + 1, v, g->h + c * H, a, err);
-      bf16_rows(g->h + c * H, (keff + 1) * H);
       int j = 0;
       if (bench && bench->pattern) { /* the benchmark's acceptance, not the comparison */
         const int pj = bench->pattern[bench->cursor++ % bench->npattern];
         j = pj < keff ? pj : keff;
       } else
-        while (!rc && j < keff && d[j] == a[j]) j++;
+        while (j < keff && d[b][j] == a[b][j]) j++;
       if (!rc && bench && bench->rounds && bench->nrounds < bench->cap) bench->rounds[bench->nrounds++] = (uint8_t)j;
       if (!rc) rc = mtpq_target_accept(g->s, j, err);
       ts += mtpq__now() - t0;
       if (rc) break;
-      commit_round(g->x, g->N, c, d, j, keff, a[j], &g->acc); /* a[j]: the target's own token after the drafts */
+      commit_round(g->x, g->N, c, d[b], j, keff, a[b][j], &g->acc); /* a[b][j]: the target's token after the drafts */
       g->from = c, g->c += j + 1, live += g->c < g->N - 1;
     }
   }

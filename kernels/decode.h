@@ -67,8 +67,10 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
  * each live sequence's drafter catches up on its own slots, the first
  * drafts come from the head, the k - 1 after them for all B sequences in
  * one drafter call (one batch on the CUDA backend), then the target
- * verifies each live sequence (a forward a sequence) and each keeps its
- * own state slot; a finished sequence drafts on, unread, until all are
+ * verifies the live sequences together (mtpq_target_verify_many: on the
+ * CUDA backend as many sequences a forward as 8 tokens hold, all of them
+ * at k = 1) and each keeps its own state slot; without a drafter the
+ * target decodes the live sequences a token each in one forward; a finished sequence drafts on, unread, until all are
  * done. st (may be NULL): B entries, each sequence's acceptance; bench's
  * pattern is taken round by round, sequence by sequence. */
 enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,

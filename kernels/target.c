@@ -500,6 +500,9 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
   return MTPQ_OK;
 }
 
+/* a verify taken back: the length and the slot read before it (the slots it wrote are free again) */
+static void unverify(struct mtpq_target_seq *s) { s->len = s->vbase, s->cur = s->vcur, s->vcount = 0; }
+
 /* the CUDA backend: T tokens from slot cur, token i's state into slot (cur + 1 + i) % nbuf */
 static enum mtpq_status gpu_forward(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                     float *logits, int32_t *argmax, struct mtpq_err *err) {
@@ -551,12 +554,55 @@ enum mtpq_status mtpq_target_verify_logits(struct mtpq_target_seq *s, int T, con
         forward_one(s, tokens[i], src, dst, hidden ? hidden + (size_t)i * (size_t)H : NULL,
                     logits ? logits + (size_t)i * (size_t)s->t->V : NULL, argmax ? argmax + i : NULL, err);
     if (st) {
-      s->len = s->vbase, s->cur = s->vcur; /* nothing verified */
+      unverify(s); /* nothing verified */
       return st;
     }
   }
   s->vcount = T, s->cur = (s->vcur + T) % s->nbuf;
   return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_target_verify_many(struct mtpq_target_seq *const *s, int n, int T, const int32_t *const *tokens,
+                                         float *const *hidden, int32_t *const *argmax, struct mtpq_err *err) {
+  if (n < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "a verify of %d sequences", n);
+  for (int b = 0; b < n; b++) {
+    if (s[b]->t != s[0]->t || !s[b]->gpu != !s[0]->gpu)
+      return mtpq_err_set(err, MTPQ_E_INVAL, "verify of several sequences: sequence %d is of another %s", b,
+                          s[b]->t != s[0]->t ? "target" : "backend");
+    for (int c = 0; c < b; c++)
+      if (s[c] == s[b]) return mtpq_err_set(err, MTPQ_E_INVAL, "verify of several sequences: %d and %d are one", c, b);
+    if (T < 1 || T >= s[b]->nbuf)
+      return mtpq_err_set(err, MTPQ_E_INVAL, "sequence %d: a verify of %d tokens in a sequence opened for 1..%d", b, T,
+                          s[b]->nbuf - 1);
+    if (s[b]->len + T > s[b]->max_pos)
+      return mtpq_err_set(err, MTPQ_E_INVAL, "sequence %d: a verify of %d tokens at position %lld past its %lld", b, T,
+                          (long long)s[b]->len, (long long)s[b]->max_pos);
+  }
+  enum mtpq_status st = MTPQ_OK;
+  int done = 0;
+  if (!s[0]->gpu) { /* the reference: one after another */
+    for (; done < n && !st; done += !st)
+      st =
+          mtpq_target_verify(s[done], T, tokens[done], hidden ? hidden[done] : NULL, argmax ? argmax[done] : NULL, err);
+  } else { /* forwards of as many whole sequences as MTPQ_TCUDA_MAX_T tokens hold */
+    const int per = MTPQ_TCUDA_MAX_T / T;
+    for (; done < n && !st;) {
+      const int m = n - done < per ? n - done : per;
+      void *gs[MTPQ_TCUDA_MAX_T];
+      int64_t pos[MTPQ_TCUDA_MAX_T];
+      int cur[MTPQ_TCUDA_MAX_T];
+      for (int b = 0; b < m; b++) gs[b] = s[done + b]->gpu, pos[b] = s[done + b]->len, cur[b] = s[done + b]->cur;
+      st = mtpq__tcuda_forward_many(gs, m, T, tokens + done, pos, cur, argmax ? 1 : 0, hidden ? hidden + done : NULL,
+                                    NULL, argmax ? argmax + done : NULL, err);
+      for (int b = 0; b < m && !st; b++) {
+        struct mtpq_target_seq *q = s[done + b];
+        q->vbase = q->len, q->vcur = q->cur, q->len += T, q->vcount = T, q->cur = (q->vcur + T) % q->nbuf;
+      }
+      if (!st) done += m;
+    }
+  }
+  for (int b = 0; st && b < done; b++) unverify(s[b]); /* all or none */
+  return st;
 }
 
 enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err) {

@@ -32,6 +32,14 @@ void mtpq__tcuda_seq_close(void *s);
 /* head: 0 none (prefill chunks), 1 argmax, 2 argmax and logits [T][V] */
 enum mtpq_status mtpq__tcuda_forward(void *s, int T, const int32_t *tokens, int64_t pos0, int cur, int head,
                                      float *hidden, float *logits, int32_t *argmax, struct mtpq_err *err);
+/* One forward of Tn tokens of each of n sequences of one target (n Tn <=
+ * MTPQ_TCUDA_MAX_T; each product reads its weights once for all of them):
+ * sequence b's tokens[b] at positions pos0[b].., from its slot cur[b], as
+ * mtpq__tcuda_forward would run them alone; hidden[b] [Tn][H], logits[b]
+ * [Tn][V], argmax[b] [Tn] (arrays or entries may be NULL). */
+enum mtpq_status mtpq__tcuda_forward_many(void *const *s, int n, int Tn, const int32_t *const *tokens,
+                                          const int64_t *pos0, const int *cur, int head, float *const *hidden,
+                                          float *const *logits, int32_t *const *argmax, struct mtpq_err *err);
 /* the GDN state of a linear-attention layer in slot: conv [conv_dim][K - 1], rec [HV][dk][dv] (host copies) */
 enum mtpq_status mtpq__tcuda_seq_gdn(void *s, int layer, int slot, float *conv, float *rec, struct mtpq_err *err);
 /* the last forward again, each kernel alone between two events: up to max

@@ -10,7 +10,9 @@
  *   - a verify of T = 4 tokens, then accepting slot j and one more token,
  *     equals the CPU decoding the first j + 1 tokens and that token, for
  *     every j (the state slots on the device);
- *   - one target past 256 cached positions (attention in several splits).
+ *   - one target past 256 cached positions (attention in several splits);
+ *   - sequences verified together (mtpq_target_verify_many: one forward of
+ *     several sequences) equal each verified alone, states included.
  * Both cache K and V in BF16 (the CPU through mtpq_target_seq_kv_bf16, as
  * the CUDA backend and vLLM do) and sum in float32 in different orders, so
  * a value a float ulp apart can round to neighbouring BF16 values; TOL =
@@ -199,6 +201,80 @@ START_TEST(test_verify_slots) {
 }
 END_TEST
 
+/* mtpq_target_verify_many on the device: sequences of different lengths
+ * (one past 256 positions where the case has it: attention splits of
+ * different sizes in one forward) verified together equal each verified
+ * alone (hidden states within TOL, the argmax where it is clear), at T = 2
+ * (all three in one forward) and T = 3 (forwards of two and one); then each
+ * accepts its own slot and one more token equals the same on the sequence
+ * verified alone (the state slots of every sequence) */
+START_TEST(test_verify_many) {
+  const struct tcase *c = &cases[_i];
+  if (!wanted(_i)) return;
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = open_case(c);
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
+  enum { S = 3, TM = 3 };
+  const int P[S] = {c->P, 13, 7}, J[S] = {1, 0, 2};
+  const int N = c->P + TM + 2;
+  int32_t *x = malloc((size_t)(S * N) * sizeof *x);
+  for (int b = 0; b < S; b++)
+    for (int i = 0; i < N; i++) x[b * N + i] = (int32_t)((i * 37 + b * 101 + 3) % V);
+  float *hm = malloc((size_t)(S * TM * H) * 4), *h1 = malloc((size_t)(S * TM * H) * 4);
+  float *lg = malloc((size_t)(TM * V) * 4);
+  double worst = 0;
+  for (int T = 2; T <= TM; T++) {
+    struct mtpq_target_seq *m[S], *one[S], *cpu[S];
+    const int32_t *tk[S];
+    float *hp[S];
+    int32_t am[S][TM], a1[S][TM], *ap[S];
+    for (int b = 0; b < S; b++) {
+      ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, N, TM, &m[b], &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, N, TM, &one[b], &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, TM, &cpu[b], &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_seq_kv_bf16(cpu[b], &err), MTPQ_OK);
+      for (int i = 0; i < P[b]; i++) {
+        ck_assert_int_eq(mtpq_target_step(m[b], x[b * N + i], NULL, NULL, NULL, &err), MTPQ_OK);
+        ck_assert_int_eq(mtpq_target_step(one[b], x[b * N + i], NULL, NULL, NULL, &err), MTPQ_OK);
+        ck_assert_int_eq(mtpq_target_step(cpu[b], x[b * N + i], NULL, NULL, NULL, &err), MTPQ_OK);
+      }
+      tk[b] = x + b * N + P[b], hp[b] = hm + (size_t)(b * T * H), ap[b] = am[b];
+      ck_assert_int_eq(mtpq_target_verify(one[b], T, tk[b], h1 + (size_t)(b * T * H), a1[b], &err), MTPQ_OK);
+    }
+    ck_assert_msg(mtpq_target_verify_many(m, S, T, tk, hp, ap, &err) == MTPQ_OK, "%s", err.msg);
+    for (int b = 0; b < S; b++) {
+      /* the CPU's logits say where the argmax is clear */
+      ck_assert_int_eq(mtpq_target_verify_logits(cpu[b], T, tk[b], NULL, lg, NULL, &err), MTPQ_OK);
+      for (int i = 0; i < T; i++) {
+        const double e = rel_err(hm + (size_t)((b * T + i) * H), h1 + (size_t)((b * T + i) * H), (size_t)H);
+        worst = e > worst ? e : worst;
+        ck_assert_msg(e <= TOL, "%s: T = %d, sequence %d token %d: together vs alone, relative error %.3g", c->name, T,
+                      b, i, e);
+        if (clear_argmax(lg + (size_t)i * V, V, TOL))
+          ck_assert_msg(am[b][i] == a1[b][i], "%s: T = %d, sequence %d token %d: argmax %d together, %d alone", c->name,
+                        T, b, i, am[b][i], a1[b][i]);
+      }
+      const int j = J[b] < T ? J[b] : T - 1;
+      ck_assert_int_eq(mtpq_target_accept(m[b], j, &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_accept(one[b], j, &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_seq_len(m[b]), P[b] + j + 1);
+      ck_assert_int_eq(mtpq_target_step(m[b], x[b * N + N - 1], hm, NULL, NULL, &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_step(one[b], x[b * N + N - 1], h1, NULL, NULL, &err), MTPQ_OK);
+      const double e = rel_err(hm, h1, (size_t)H);
+      worst = e > worst ? e : worst;
+      ck_assert_msg(e <= TOL, "%s: T = %d, sequence %d, slot %d then a token: relative error %.3g", c->name, T, b, j,
+                    e);
+    }
+    for (int b = 0; b < S; b++)
+      mtpq_target_seq_close(m[b]), mtpq_target_seq_close(one[b]), mtpq_target_seq_close(cpu[b]);
+  }
+  printf("%s: 3 sequences verified together vs alone (T = 2, 3), then a slot and a token: rel. err <= %.2e\n", c->name,
+         worst);
+  free(x), free(hm), free(h1), free(lg);
+  mtpq_target_close(t);
+}
+END_TEST
+
 /* The live loop on the device, batch 4 with ragged acceptance (issue 49): on
  * the tiny model with its stock drafter at k = 1..4, four prompts of
  * different lengths decoded together give, sequence by sequence, the
@@ -265,6 +341,7 @@ int main(void) {
   const int n = (int)(sizeof cases / sizeof cases[0]);
   tcase_add_loop_test(tc, test_prefill_and_states, 0, n);
   tcase_add_loop_test(tc, test_verify_slots, 0, n);
+  tcase_add_loop_test(tc, test_verify_many, 0, n);
   tcase_add_test(tc, test_batch_lossless);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -107,6 +107,75 @@ START_TEST(test_verify_equals_decode) {
 }
 END_TEST
 
+/* mtpq_target_verify_many: each sequence as its own mtpq_target_verify
+ * (hidden states, argmax, the state slot each then accepts, bit for bit);
+ * misuse refused; all or none when one sequence's tokens are bad */
+START_TEST(test_verify_many) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL, *t2 = NULL;
+  ck_assert_msg(mtpq_target_open(models[0], &t, &err) == MTPQ_OK, "%s", err.msg);
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
+  enum { S = 3, T = 3, N = 24 };
+  const int P[S] = {5, 11, 8}, J[S] = {2, 0, 1}; /* prompt lengths, the slot each accepts */
+  struct mtpq_target_seq *m[S], *one[S];
+  int32_t x[S][N], am[S][T], a1[S][T];
+  float *hm = malloc((size_t)(S * T * H) * 4), *h1 = malloc((size_t)(S * T * H) * 4);
+  const int32_t *tk[S];
+  float *hp[S];
+  int32_t *ap[S];
+  for (int b = 0; b < S; b++) {
+    for (int i = 0; i < N; i++) x[b][i] = (int32_t)((i * 131 + b * 17 + 5) % V);
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, T, &m[b], &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, T, &one[b], &err), MTPQ_OK);
+    for (int i = 0; i < P[b]; i++) {
+      ck_assert_int_eq(mtpq_target_step(m[b], x[b][i], NULL, NULL, NULL, &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_step(one[b], x[b][i], NULL, NULL, NULL, &err), MTPQ_OK);
+    }
+    tk[b] = x[b] + P[b], hp[b] = hm + (size_t)(b * T * H), ap[b] = am[b];
+    ck_assert_int_eq(mtpq_target_verify(one[b], T, tk[b], h1 + (size_t)(b * T * H), a1[b], &err), MTPQ_OK);
+  }
+  ck_assert_msg(mtpq_target_verify_many(m, S, T, tk, hp, ap, &err) == MTPQ_OK, "%s", err.msg);
+  ck_assert(!memcmp(hm, h1, (size_t)(S * T * H) * 4) && !memcmp(am, a1, sizeof am));
+  for (int b = 0; b < S; b++) {
+    ck_assert_int_eq(mtpq_target_accept(m[b], J[b], &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_accept(one[b], J[b], &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_seq_len(m[b]), P[b] + J[b] + 1);
+    float ga[64], gb[64];
+    int32_t na = -1, nb = -2;
+    ck_assert(H <= 64);
+    ck_assert_int_eq(mtpq_target_step(m[b], x[b][20], ga, NULL, &na, &err), MTPQ_OK);
+    ck_assert_int_eq(mtpq_target_step(one[b], x[b][20], gb, NULL, &nb, &err), MTPQ_OK);
+    ck_assert_msg(!memcmp(ga, gb, (size_t)H * 4) && na == nb, "sequence %d after accepting slot %d", b, J[b]);
+  }
+  /* misuse: a sequence twice, another target, a verify longer than the slots */
+  struct mtpq_target_seq *dup[2] = {m[0], m[0]}, *other = NULL, *mixed[2] = {m[0], NULL};
+  ck_assert_int_eq(mtpq_target_verify_many(dup, 2, 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_msg(strstr(err.msg, "are one"), "%s", err.msg);
+  ck_assert_msg(mtpq_target_open(models[1], &t2, &err) == MTPQ_OK, "%s", err.msg);
+  ck_assert_int_eq(mtpq_target_seq_open(t2, MTPQ_BACKEND_CPU, N, T, &other, &err), MTPQ_OK);
+  mixed[1] = other;
+  ck_assert_int_eq(mtpq_target_verify_many(mixed, 2, 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_msg(strstr(err.msg, "another target"), "%s", err.msg);
+  ck_assert_int_eq(mtpq_target_verify_many(m, S, T + 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_verify_many(m, 0, 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
+  /* all or none: the third sequence's token is outside the vocabulary; the first two keep no verify */
+  int32_t bad[T] = {1, 2, (int32_t)V};
+  const int32_t *tb[S] = {x[0], x[1], bad};
+  int64_t len[S];
+  for (int b = 0; b < S; b++) len[b] = mtpq_target_seq_len(m[b]);
+  ck_assert_int_eq(mtpq_target_verify_many(m, S, T, tb, NULL, NULL, &err), MTPQ_E_BAD_VALUE);
+  for (int b = 0; b < S; b++) {
+    ck_assert_int_eq(mtpq_target_seq_len(m[b]), len[b]);
+    ck_assert_int_eq(mtpq_target_accept(m[b], 0, &err), MTPQ_E_INVAL); /* no verify pending */
+  }
+  for (int b = 0; b < S; b++) mtpq_target_seq_close(m[b]), mtpq_target_seq_close(one[b]);
+  mtpq_target_seq_close(other);
+  mtpq_target_close(t2);
+  mtpq_target_close(t);
+  free(hm), free(h1);
+}
+END_TEST
+
 /* a config whose linear_attention layers lack the GDN sizes is refused naming them */
 START_TEST(test_config_refusals) {
   char *dir = tu_scratch(), *cfg = tu_path(dir, "config.json");
@@ -489,6 +558,7 @@ int main(void) {
   TCase *tc = tcase_create("target");
   tcase_add_test(tc, test_layer_stacks);
   tcase_add_loop_test(tc, test_verify_equals_decode, 0, 3);
+  tcase_add_test(tc, test_verify_many);
   tcase_add_test(tc, test_config_refusals);
   tcase_add_loop_test(tc, test_transformers_fixtures, 0, 3);
   tcase_add_test(tc, test_greedy_lossless);

@@ -47,13 +47,13 @@ __device__ void tk_zcnorm(const float *x, const float *w, int n, float eps, floa
 }
 
 // grid T: the embedding row of each token, its argmax key cleared, layer 0's input norm
-__global__ void k_t_embed(const tcall *c, const uint8_t *emb, int f32, int64_t H, int64_t HS, const float *w,
+__global__ void k_t_embed(tk_calls c, const uint8_t *emb, int f32, int64_t H, int64_t HS, const float *w,
                           float eps, float *h, float *a, unsigned long long *best) {
   __shared__ float sh[32];
   rt_trigger();
   rt_wait();
   const int t = blockIdx.x;
-  const int64_t tok = c->tok[t];
+  const int64_t tok = c.c[t / c.Tn].tok[t % c.Tn];
   float *ht = h + t * HS;
   for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
     ht[j] = f32 ? reinterpret_cast<const float *>(emb)[tok * H + j]
@@ -78,37 +78,40 @@ __global__ void k_t_addnorm(const float *y, const float *y2, const float *s2, in
 }
 
 struct tk_attn_args {
-  const tcall *c;
+  tk_calls c;
   const float *qg, *kk, *vv, *qn, *kn;
-  uint16_t *kc, *vc;
+
   float *pm, *pl, *pacc, *att;
-  int Nq, Nkv, D, rot, NS, T;
+  int Nq, Nkv, D, rot, NS;
   int64_t QGS, KVS, ATS;
   float theta, eps;
 };
 
-// grid (Nkv, T): token t's keys normed and rotated, keys and values to the cache at pos0 + t (BF16, to nearest even)
+// grid (Nkv, T): token t's keys normed and rotated, keys and values to its sequence's cache at the token's
+// position (BF16, to nearest even)
 __global__ void k_t_kv(tk_attn_args A) {
   __shared__ float sh[32];
   extern __shared__ float kx[]; // [D]
   rt_trigger();
-  rt_wait();
   const int g = blockIdx.x, t = blockIdx.y, D = A.D;
-  const int64_t pos = A.c->pos0 + t, KV = (int64_t)A.Nkv * D;
+  const tcall &cl = A.c.c[t / A.c.Tn]; // (copied in before the forward's first kernel: read before the wait)
+  uint16_t *const kc = cl.kc[A.c.layer], *const vc = cl.vc[A.c.layer];
+  const int64_t pos = cl.pos0 + t % A.c.Tn, KV = (int64_t)A.Nkv * D;
+  rt_wait();
   const float *k = A.kk + t * A.KVS + g * D, *v = A.vv + t * A.KVS + g * D;
   tk_zcnorm(k, A.kn, D, A.eps, kx, sh);
   __syncthreads();
   for (int j = threadIdx.x; j < A.rot / 2; j += blockDim.x) mtpq_rope_pair(kx, j, A.rot, pos, A.theta);
   __syncthreads();
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    A.kc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(kx[d]));
-    A.vc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(v[d]));
+    kc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(kx[d]));
+    vc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(v[d]));
   }
 }
 
 // grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head
-// kv, token t, over the cached positions [s C, (s + 1) C) (C = ta_run) up to its
-// own (pos0 + t), so each cached row is read once for all of them: each
+// kv, token t, over its sequence's cached positions [s C, (s + 1) C) (C =
+// ta_run of the sequence's length after the call) up to its own, so each cached row is read once for all of them: each
 // head's split maximum, sum of exponentials and unnormalised output. A lane
 // holds 8 consecutive elements of every head's query (D <= 256, D % 8 == 0:
 // the load checks) and reads the key row 16 bytes at a time; scores go to
@@ -120,9 +123,11 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
   rt_trigger();
   const int kv = blockIdx.x, t = blockIdx.y, s = blockIdx.z, D = A.D;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  rt_wait();
-  const int64_t C = ta_run(A.c->pos0 + A.T), pos = A.c->pos0 + t, lo = (int64_t)s * C;
+  const tcall &cl = A.c.c[t / A.c.Tn]; // (copied in before the forward's first kernel: read before the wait)
+  const uint16_t *kc = cl.kc[A.c.layer], *vc = cl.vc[A.c.layer];
+  const int64_t C = ta_run(cl.pos0 + A.c.Tn), pos = cl.pos0 + t % A.c.Tn, lo = (int64_t)s * C;
   if (lo > pos) return;
+  rt_wait();
   const int n = (int)((lo + C - 1 < pos ? lo + C - 1 : pos) - lo + 1);
   const int64_t KV = (int64_t)A.Nkv * D;
   // the queries: (1 + w) RMSNorm and RoPE, a warp per head
@@ -146,7 +151,7 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
   for (int i = w; i < n; i += 8) {
     float kx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (on) {
-      const uint4 u = *reinterpret_cast<const uint4 *>(A.kc + (lo + i) * KV + (int64_t)kv * D + lane * 8);
+      const uint4 u = *reinterpret_cast<const uint4 *>(kc + (lo + i) * KV + (int64_t)kv * D + lane * 8);
       const uint32_t uu[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
       for (int e = 0; e < 4; e++) {
@@ -178,7 +183,7 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
     float acc[G];
 #pragma unroll
     for (int g = 0; g < G; g++) acc[g] = 0.0f;
-    const uint16_t *vp = A.vc + lo * KV + (int64_t)kv * D + d;
+    const uint16_t *vp = vc + lo * KV + (int64_t)kv * D + d;
     int i = 0;
     for (; i + 4 <= n; i += 4) { // four rows' loads in flight before their sums
       float v[4];
@@ -221,9 +226,10 @@ __global__ void k_t_comb(tk_attn_args A) {
   __shared__ float sh[32];
   __shared__ float f[TA_NSMAX];
   rt_trigger();
-  rt_wait();
   const int h = blockIdx.x, t = blockIdx.y, D = A.D;
-  const int n1 = (int)((A.c->pos0 + t) / ta_run(A.c->pos0 + A.T)) + 1, ns = n1 < A.NS ? n1 : A.NS;
+  const tcall &cl = A.c.c[t / A.c.Tn];
+  const int n1 = (int)((cl.pos0 + t % A.c.Tn) / ta_run(cl.pos0 + A.c.Tn)) + 1, ns = n1 < A.NS ? n1 : A.NS;
+  rt_wait();
   const int64_t o = ((int64_t)(t * A.Nq + h)) * A.NS;
   float M = -INFINITY;
   for (int s = threadIdx.x; s < ns; s += blockDim.x) M = fmaxf(M, A.pm[o + s]);
@@ -240,14 +246,13 @@ __global__ void k_t_comb(tk_attn_args A) {
 }
 
 struct tk_gdn_args {
-  const tcall *c;
+  tk_calls c;
   const float *proj, *conv_w, *A_log, *dt_bias, *gnorm;
   const int *chan_src, *z_src, *b_src, *a_src;
-  float *conv, *rec; // nbuf slots each
   float *o, *o2;
   float *gss; // [T][HV][column blocks]: sums of squares of o for the gated norm
-  int *cnt;   // [HV]: column blocks done (0 between forwards)
-  int T, HK, HV, dk, dv, Kc, conv_dim;
+  int *cnt;   // [sequences][HV]: column blocks done (0 between forwards)
+  int HK, HV, dk, dv, Kc, conv_dim;
   int64_t PS, VS;
   float eps;
 };
@@ -262,9 +267,10 @@ struct tk_chan {
   float st[9], w[9];
 };
 
-// grid (HV, ceil(dv / 32)), block 32 ceil(dk / TK_RPT): Gated DeltaNet's
-// mixer for value head h, state columns 32 by (target-architecture.md 2),
-// token by token: (1) the causal conv + SiLU of the channels the block reads
+// grid (HV, ceil(dv / 32), sequences), block 32 ceil(dk / TK_RPT): Gated
+// DeltaNet's mixer for value head h, state columns 32 by
+// (target-architecture.md 2), of sequence blockIdx.z (its tokens
+// [z Tn, (z + 1) Tn) of the call, its own state), token by token: (1) the causal conv + SiLU of the channels the block reads
 // (q and k of its key head, v of its columns; every block of a key head
 // computes its q and k, and the block (first value head of the group,
 // column block 0) stores their states; v has one block), the state after
@@ -279,10 +285,11 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   __shared__ float qs[256], ks[256], vs[32], red[16][32], red2[16][32], scal[4];
   __shared__ bool last;
   rt_trigger();
-  rt_wait();
   const int h = blockIdx.x, lane = threadIdx.x & 31, rg = threadIdx.x >> 5, RG = blockDim.x >> 5;
   const int r = A.HV / A.HK, j = blockIdx.y * 32 + lane, dk = A.dk, dv = A.dv, kh = h / r, kd = A.HK * dk;
-  const int cur = A.c->cur, nbuf = A.c->nbuf, K1 = A.Kc - 1, NCB = gridDim.y;
+  const tcall &cl = A.c.c[blockIdx.z];
+  const int cur = cl.cur, nbuf = cl.nbuf, K1 = A.Kc - 1, NCB = gridDim.y, t0 = blockIdx.z * A.c.Tn;
+  float *const conv = cl.conv[A.c.layer], *const rec = cl.rec[A.c.layer]; // nbuf slots each
   const int64_t slot = (int64_t)A.HV * dk * dv, hb = (int64_t)h * dk * dv, cslot = (int64_t)A.conv_dim * K1;
   tk_chan ch[2];
 #pragma unroll
@@ -301,7 +308,7 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
     x.src = A.chan_src[x.c];
 #pragma unroll
     for (int k = 0; k < 9; k++) { // (fixed bounds: the arrays stay in registers)
-      if (k < K1) x.st[k] = A.conv[cur * cslot + (int64_t)x.c * K1 + k];
+      if (k < K1) x.st[k] = conv[cur * cslot + (int64_t)x.c * K1 + k];
       if (k <= K1) x.w[k] = A.conv_w[(int64_t)x.c * A.Kc + k];
     }
   }
@@ -309,9 +316,12 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
 #pragma unroll
   for (int i = 0; i < TK_RPT; i++) {
     const int rr = rg * TK_RPT + i;
-    S[i] = rr < dk && j < dv ? A.rec[cur * slot + hb + (int64_t)rr * dv + j] : 0.0f;
+    S[i] = rr < dk && j < dv ? rec[cur * slot + hb + (int64_t)rr * dv + j] : 0.0f;
   }
-  for (int t = 0; t < A.T; t++) {
+  // (the call block, the weights and the states of slot cur, which the forwards before wrote, are read
+  // above while the in_proj product finishes; its output only after the wait)
+  rt_wait();
+  for (int t = t0; t < t0 + A.c.Tn; t++) { // (t: the call's token; its slot counts from t0)
     const float *p = A.proj + t * A.PS;
 #pragma unroll
     for (int q = 0; q < 2; q++) { // (1) the conv
@@ -324,7 +334,7 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
 #pragma unroll
       for (int k = 0; k < 8; k++) x.st[k] = k + 1 < K1 ? x.st[k + 1] : k + 1 == K1 ? in : x.st[k];
       if (x.write) {
-        float *d = A.conv + ((cur + 1 + t) % nbuf) * cslot + (int64_t)x.c * K1;
+        float *d = conv + ((cur + 1 + t - t0) % nbuf) * cslot + (int64_t)x.c * K1;
 #pragma unroll
         for (int k = 0; k < 8; k++)
           if (k < K1) d[k] = x.st[k];
@@ -376,7 +386,7 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
       const float ss = rt_warp_sum(j < dv ? s2 * s2 : 0.0f);
       if (lane == 0) A.gss[((int64_t)t * A.HV + h) * NCB + blockIdx.y] = ss;
     }
-    float *dst = A.rec + ((cur + 1 + t) % nbuf) * slot + hb;
+    float *dst = rec + ((cur + 1 + t - t0) % nbuf) * slot + hb;
 #pragma unroll
     for (int i = 0; i < TK_RPT; i++) {
       const int rr = rg * TK_RPT + i;
@@ -387,11 +397,12 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   // (3) the gated norm of every token: the head's last column block to finish normalises all its dv columns
   __threadfence(); // this block's o and sums before its count
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(A.cnt + h, 1) == NCB - 1;
+  int *const cnt = A.cnt + blockIdx.z * A.HV + h;
+  if (threadIdx.x == 0) last = atomicAdd(cnt, 1) == NCB - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int t = 0; t < A.T; t++) {
+  for (int t = t0; t < t0 + A.c.Tn; t++) {
     float ss = 0.0f;
     for (int b = 0; b < NCB; b++) ss += __ldcg(A.gss + ((int64_t)t * A.HV + h) * NCB + b);
     const float rn = 1.0f / sqrtf(ss / (float)dv + A.eps);
@@ -399,7 +410,7 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
     for (int c = threadIdx.x; c < dv; c += blockDim.x)
       A.o2[t * A.VS + (int64_t)h * dv + c] = A.gnorm[c] * (__ldcg(ot + c) * rn) * tk_silu(p[A.z_src[h * dv + c]]);
   }
-  if (threadIdx.x == 0) A.cnt[h] = 0; // for the next forward
+  if (threadIdx.x == 0) *cnt = 0; // for the next forward
 }
 
 // grid T, one warp a token: softmax over the router's logits (lane l
@@ -456,28 +467,32 @@ __global__ void k_t_swiglu(const float *g, const float *u, float *a, int64_t n) 
     a[i] = rt_silu_mul(g[i], u[i]);
 }
 
-void t_enqueue(tseq *s, int T, int head) {
-  tgpu *m = s->m;
+void t_enqueue(tgpu *m, int n, int Tn, int head) {
   gpu_session *g = &m->ctx;
   const struct mtpq_target *t = m->t;
+  const int T = n * Tn;
   const tplan &p = m->plans[T];
   const int64_t H = m->H, HS = m->HS;
   g->on = g->st;
-  go(g, false, k_t_embed, dim3(T), dim3(256), 0, (const tcall *)s->call, m->embed, t->embed_f32, H, HS,
-     (const float *)m->L[0].in_norm, t->eps, m->h, m->a, g->x.best);
+  tk_calls cs = {m->calls, Tn, 0};
+  go(g, false, k_t_embed, dim3(T), dim3(256), 0, cs, m->embed, t->embed_f32, H, HS, (const float *)m->L[0].in_norm,
+     t->eps, m->h, m->a, g->x.best);
   mark(g, "embedding + norm");
-  tk_attn_args aa = {s->call, m->qg, m->kk, m->vv, nullptr, nullptr, nullptr, nullptr, m->pm, m->pl, m->pacc, m->att,
-                     (int)t->Nq, (int)t->Nkv, (int)t->D, (int)t->rot, (int)m->NSMAX, T, m->QGS, m->KVS, m->ATS,
-                     t->theta, t->eps};
-  tk_gdn_args ga = {s->call, m->proj, nullptr, nullptr, nullptr, nullptr, m->chan_src, m->z_src, m->b_src, m->a_src,
-                    nullptr, nullptr, m->o, m->o2, m->gss, m->cnt, T, (int)t->HK, (int)t->HV, (int)t->dk, (int)t->dv,
-                    (int)t->Kc, (int)t->conv_dim, m->PS, m->VS, t->eps};
+  tk_attn_args aa = {};
+  aa.c = cs, aa.qg = m->qg, aa.kk = m->kk, aa.vv = m->vv, aa.pm = m->pm, aa.pl = m->pl, aa.pacc = m->pacc;
+  aa.att = m->att, aa.Nq = (int)t->Nq, aa.Nkv = (int)t->Nkv, aa.D = (int)t->D, aa.rot = (int)t->rot;
+  aa.NS = (int)m->NSMAX, aa.QGS = m->QGS, aa.KVS = m->KVS, aa.ATS = m->ATS, aa.theta = t->theta, aa.eps = t->eps;
+  tk_gdn_args ga = {};
+  ga.c = cs, ga.proj = m->proj, ga.chan_src = m->chan_src, ga.z_src = m->z_src, ga.b_src = m->b_src;
+  ga.a_src = m->a_src, ga.o = m->o, ga.o2 = m->o2, ga.gss = m->gss, ga.cnt = m->cnt, ga.HK = (int)t->HK;
+  ga.HV = (int)t->HV, ga.dk = (int)t->dk, ga.dv = (int)t->dv, ga.Kc = (int)t->Kc, ga.conv_dim = (int)t->conv_dim;
+  ga.PS = m->PS, ga.VS = m->VS, ga.eps = t->eps;
   for (int64_t i = 0; i < t->L; i++) {
     const tlayer_dev &l = m->L[i];
     launch_mv(g, p.proj[i]);
     mark(g, l.kind == 'A' ? "attn q/k/v" : "gdn in_proj");
     if (l.kind == 'A') {
-      aa.qn = l.qn, aa.kn = l.kn, aa.kc = s->kc[i], aa.vc = s->vc[i];
+      aa.qn = l.qn, aa.kn = l.kn, aa.c.layer = (int)i;
       const size_t sm = (size_t)t->D * 4;
       go(g, true, k_t_kv, dim3((unsigned)t->Nkv, T), dim3(128), sm, aa);
       mark(g, "attn k norm+rope, cache");
@@ -487,9 +502,9 @@ void t_enqueue(tseq *s, int T, int head) {
       mark(g, "attn combine + gate");
     } else {
       ga.conv_w = l.conv_w, ga.A_log = l.A_log, ga.dt_bias = l.dt_bias, ga.gnorm = l.gnorm;
-      ga.conv = s->conv[i], ga.rec = s->rec[i];
+      ga.c.layer = (int)i;
       const int rg = (int)((t->dk + TK_RPT - 1) / TK_RPT);
-      go(g, true, k_t_gdn, dim3((unsigned)t->HV, (unsigned)((t->dv + 31) / 32)), dim3(32 * rg), 0, ga);
+      go(g, true, k_t_gdn, dim3((unsigned)t->HV, (unsigned)((t->dv + 31) / 32), (unsigned)n), dim3(32 * rg), 0, ga);
       mark(g, "gdn conv + recurrence + gated norm");
     }
     launch_mv(g, p.out[i]);

@@ -1,7 +1,9 @@
 // The target model on the device (kernels/target_cuda.h): what the host side
 // (target_gpu.cu) and the target's own kernels (k_target.cu) share.
 //
-// One forward of T tokens (1..8) of one sequence, kernel by kernel:
+// One forward of T tokens (1..8): Tn tokens each of n sequences (n Tn = T;
+// products read each weight once for all of them; the mixers run each
+// sequence's tokens on its own state), kernel by kernel:
 //   k_t_embed       embedding rows, argmax keys cleared, input norm of layer 0
 //   per layer:
 //     'L' (Gated DeltaNet):
@@ -27,8 +29,9 @@
 // Products go through the drafter backend's kernels (kernels/cuda/k_mv.cu and
 // the ones launch_mv picks), with a gpu_session as their context: the weight
 // table, the routing array, the stream and the settings. Every kernel here
-// reads the call's positions and slots from the sequence's device call block
-// (tcall), so one CUDA graph per (sequence, T, head) replays any call.
+// reads the call's positions, slots and state pointers from the device call
+// blocks (tcall, one per sequence of the call), so one CUDA graph per
+// (sequences, Tn, head) replays any call of any sequences.
 #pragma once
 #include "kernels/cuda/backend.cuh"
 
@@ -57,12 +60,23 @@ __host__ __device__ inline int64_t ta_grid(int64_t max_pos) {
 
 #define TK_EMAX 64 // experts a lane of the routing warp holds (E <= 32 TK_EMAX)
 
-// a call's inputs, on the device (one per sequence, written before each graph launch)
+// a sequence's part of a call, on the device (tgpu::calls, copied in before each graph launch)
 struct tcall {
   int64_t pos0; // position of token 0
   int cur;      // GDN state slot read
   int nbuf;     // slots
   int tok[MTPQ_TCUDA_MAX_T];
+  uint16_t *const *kc, *const *vc; // the sequence's state, device arrays a layer (NULL where the layer has none)
+  float *const *conv, *const *rec; // (nbuf slots each)
+};
+
+#define TK_SMAX MTPQ_TCUDA_MAX_T // sequences a forward may hold
+
+// a forward's call blocks as a kernel sees them: the call's token t is token t % Tn of sequence t / Tn (c[t / Tn]);
+// layer: the layer a kernel works on
+struct tk_calls {
+  const tcall *c;
+  int Tn, layer;
 };
 
 // a layer on the device: norms and vectors as float32, products as indices into the weight table
@@ -98,8 +112,11 @@ struct tgpu {
   // activations, [MTPQ_TCUDA_MAX_T] rows each
   float *h, *a, *y, *y2, *proj, *o, *o2, *gss, *qg, *kk, *vv, *att, *pm, *pl, *pacc, *pr, *sz, *wsel, *gb, *ub, *act,
       *hid, *logits;
-  int *cnt; // k_t_gdn's column blocks done, per value head
+  int *cnt; // k_t_gdn's column blocks done, per (sequence, value head)
   tplan plans[MTPQ_TCUDA_MAX_T + 1];
+  tcall *calls = nullptr, *h_calls = nullptr; // the call's blocks [TK_SMAX]: device, pinned host
+  cudaGraphExec_t graph[TK_SMAX + 1][MTPQ_TCUDA_MAX_T + 1][3] = {}; // per (sequences, Tn, head)
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
 };
 
 struct tseq {
@@ -108,12 +125,11 @@ struct tseq {
   int nbuf;
   std::vector<uint16_t *> kc, vc; // per layer (NULL: none)
   std::vector<float *> conv, rec; // per layer: nbuf slots each
-  tcall *call = nullptr, *h_call = nullptr; // device, pinned host
-  cudaGraphExec_t graph[MTPQ_TCUDA_MAX_T + 1][3] = {};
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  void **dptr = nullptr;          // the four per-layer arrays on the device (tcall's kc, vc, conv, rec)
   double last_us = -1;
   std::vector<void *> allocs;
 };
 
-// k_target.cu: one forward's kernels in order, on m->ctx's stream
-void t_enqueue(tseq *s, int T, int head);
+// k_target.cu: one forward's kernels in order, on m->ctx's stream: Tn tokens of each of the n sequences whose
+// blocks are in m->calls
+void t_enqueue(tgpu *m, int n, int Tn, int head);

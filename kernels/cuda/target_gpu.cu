@@ -1,9 +1,13 @@
 // The target model's CUDA backend, host side (kernels/target_cuda.h): the
 // device copy of a target (weights in one arena, as stored), the task lists
 // of its products for each token count, sequences (BF16 K/V caches, GDN
-// state slots, the call block), and a forward as one CUDA graph per
-// (sequence, T, head) replayed with the call's positions and slots.
+// state slots, a device table of their pointers), and a forward of one or
+// several sequences as one CUDA graph per (sequences, tokens each, head),
+// replayed with the call blocks (positions, slots, state pointers) of
+// whichever sequences the call holds.
 #include "kernels/cuda/target.cuh"
+
+#include <algorithm>
 
 static size_t al256(size_t n) { return (n + 255) / 256 * 256; }
 static int64_t al16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -87,8 +91,19 @@ static enum mtpq_status put_vec(tgpu *m, const float *v, int64_t n, float **out,
   return st;
 }
 
+static void drop_graphs(tgpu *m) {
+  for (auto &by_n : m->graph)
+    for (auto &row : by_n)
+      for (cudaGraphExec_t &e : row)
+        if (e) cudaGraphExecDestroy(e), e = nullptr;
+}
+
 static void tgpu_free(tgpu *m) {
   if (!m) return;
+  drop_graphs(m);
+  if (m->h_calls) cudaFreeHost(m->h_calls);
+  if (m->e0) cudaEventDestroy(m->e0);
+  if (m->e1) cudaEventDestroy(m->e1);
   for (void *a : m->ctx.allocs) cudaFree(a);
   if (m->arena) cudaFree(m->arena);
   if (m->ctx.st) cudaStreamDestroy(m->ctx.st);
@@ -265,11 +280,15 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
                            NM * m->VS, NM * m->VS, NM * m->QGS, NM * m->KVS, NM * m->KVS, NM * m->ATS, NM * (E ? E : 1),
                            NM, slots, slots, slots, NM * m->HS, NM * t->V};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) st = dzalloc(g, bufs[i], (size_t)sizes[i] * 4, err);
-  if (!st) st = dzalloc(g, &m->cnt, (size_t)(t->HV ? t->HV : 1) * sizeof(int), err);
+  if (!st) st = dzalloc(g, &m->cnt, (size_t)(TK_SMAX * (t->HV ? t->HV : 1)) * sizeof(int), err);
   if (!st) st = dzalloc(g, &g->x.sel, NM * RT_KST * sizeof(int), err);
   if (!st) st = dzalloc(g, &g->x.wsel, NM * RT_KST * sizeof(float), err);
   if (!st) st = dzalloc(g, &g->x.best, NM * sizeof(unsigned long long), err);
   if (!st) st = dzalloc(g, &g->x.hq, 2 * sizeof(unsigned), err);
+  if (!st) st = dzalloc(g, &m->calls, TK_SMAX * sizeof(tcall), err);
+  if (!st && (cudaMallocHost((void **)&m->h_calls, TK_SMAX * sizeof(tcall)) != cudaSuccess ||
+              cudaEventCreate(&m->e0) != cudaSuccess || cudaEventCreate(&m->e1) != cudaSuccess))
+    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory or events");
   if (!st && gdn) {
     std::vector<int> ch, z, b, a;
     gdn_tables(t, next, ch, z, b, a);
@@ -376,13 +395,7 @@ static enum mtpq_status build(tgpu *m, int T, struct mtpq_err *err) {
 extern "C" void mtpq__tcuda_seq_close(void *p) {
   tseq *s = static_cast<tseq *>(p);
   if (!s) return;
-  for (auto &row : s->graph)
-    for (cudaGraphExec_t &e : row)
-      if (e) cudaGraphExecDestroy(e);
   for (void *a : s->allocs) cudaFree(a);
-  if (s->h_call) cudaFreeHost(s->h_call);
-  if (s->e0) cudaEventDestroy(s->e0);
-  if (s->e1) cudaEventDestroy(s->e1);
   delete s;
 }
 
@@ -415,15 +428,21 @@ extern "C" enum mtpq_status mtpq__tcuda_seq_open(struct mtpq_target *t, int64_t 
       if (!st) st = zal((void **)&s->rec[i], (size_t)(nbuf * t->HV * t->dk * t->dv) * 4);
     }
   }
-  if (!st) st = zal((void **)&s->call, sizeof(tcall));
-  if (!st && (cudaMallocHost((void **)&s->h_call, sizeof(tcall)) != cudaSuccess ||
-              cudaEventCreate(&s->e0) != cudaSuccess || cudaEventCreate(&s->e1) != cudaSuccess))
-    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory or events");
+  if (!st) { // the per-layer state pointers as the kernels find them (tcall)
+    std::vector<void *> ptrs((size_t)(4 * t->L));
+    for (int64_t i = 0; i < t->L; i++)
+      ptrs[(size_t)i] = s->kc[(size_t)i], ptrs[(size_t)(t->L + i)] = s->vc[(size_t)i],
+      ptrs[(size_t)(2 * t->L + i)] = s->conv[(size_t)i], ptrs[(size_t)(3 * t->L + i)] = s->rec[(size_t)i];
+    st = zal((void **)&s->dptr, ptrs.size() * sizeof(void *));
+    if (!st && cudaMemcpy(s->dptr, ptrs.data(), ptrs.size() * sizeof(void *), cudaMemcpyHostToDevice) != cudaSuccess)
+      st = mtpq_err_set(err, MTPQ_E_GPU, "copy of a sequence's state pointers failed");
+  }
   // the attention grid covers the longest context any sequence has (its splits past a call's positions return at once)
   const int64_t ns = ta_grid(max_pos);
   if (!st && ns > m->NSMAX) {
     gpu_session *g = &m->ctx;
-      m->NSMAX = ns;
+    m->NSMAX = ns;
+    drop_graphs(m); // (they hold the partials' buffers and the split count)
     const size_t np = (size_t)(MTPQ_TCUDA_MAX_T * t->Nq * ns);
     st = dalloc(g, &m->pm, np * 4, err);
     if (!st) st = dalloc(g, &m->pl, np * 4, err);
@@ -437,63 +456,101 @@ extern "C" enum mtpq_status mtpq__tcuda_seq_open(struct mtpq_target *t, int64_t 
   return MTPQ_OK;
 }
 
-extern "C" enum mtpq_status mtpq__tcuda_forward(void *p, int T, const int32_t *tokens, int64_t pos0, int cur,
-                                                int head, float *hidden, float *logits, int32_t *argmax,
-                                                struct mtpq_err *err) {
-  tseq *s = static_cast<tseq *>(p);
-  tgpu *m = s->m;
+// the graph of a forward of Tn tokens of each of n sequences, any of them (made on first use)
+static enum mtpq_status forward_graph(tgpu *m, int n, int Tn, int hm, cudaGraphExec_t **out, struct mtpq_err *err) {
+  gpu_session *g = &m->ctx;
+  cudaGraphExec_t *ex = &m->graph[n][Tn][hm];
+  if (!*ex) {
+    cudaGraph_t gr;
+    CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
+    t_enqueue(m, n, Tn, hm);
+    CK(cudaStreamEndCapture(g->st, &gr));
+    cudaError_t e = cudaGraphInstantiate(ex, gr, 0);
+    cudaGraphDestroy(gr);
+    CK(e);
+  }
+  *out = ex;
+  return MTPQ_OK;
+}
+
+extern "C" enum mtpq_status mtpq__tcuda_forward_many(void *const *ps, int n, int Tn, const int32_t *const *tokens,
+                                                     const int64_t *pos0, const int *cur, int head,
+                                                     float *const *hidden, float *const *logits,
+                                                     int32_t *const *argmax, struct mtpq_err *err) {
+  if (n < 1 || n > TK_SMAX || Tn < 1 || n * Tn > MTPQ_TCUDA_MAX_T)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a forward of %d tokens of %d sequences: the CUDA backend takes 1..%d in all",
+                        Tn, n, MTPQ_TCUDA_MAX_T);
+  tseq *const *ss = reinterpret_cast<tseq *const *>(ps);
+  tgpu *m = ss[0]->m;
   gpu_session *g = &m->ctx;
   const struct mtpq_target *t = m->t;
-  if (T < 1 || T > MTPQ_TCUDA_MAX_T || T >= s->nbuf)
-    return mtpq_err_set(err, MTPQ_E_INVAL, "a forward of %d tokens: the CUDA backend takes 1..%d (%d slots)", T,
-                        MTPQ_TCUDA_MAX_T, s->nbuf - 1);
-  for (int i = 0; i < T; i++)
-    if (tokens[i] < 0 || tokens[i] >= t->embed_rows)
-      return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the embedding (%lld rows)", tokens[i],
-                          (long long)t->embed_rows);
-  if (pos0 < 0 || pos0 + T > s->max_pos)
-    return mtpq_err_set(err, MTPQ_E_INVAL, "%d tokens at position %lld past the sequence's %lld", T, (long long)pos0,
-                        (long long)s->max_pos);
+  const int T = n * Tn;
+  for (int b = 0; b < n; b++) {
+    const tseq *s = ss[b];
+    if (s->m != m || std::find(ss, ss + b, s) != ss + b)
+      return mtpq_err_set(err, MTPQ_E_INVAL, "a forward of several sequences: sequence %d is %s", b,
+                          s->m != m ? "of another target" : "given twice");
+    if (Tn >= s->nbuf)
+      return mtpq_err_set(err, MTPQ_E_INVAL, "a forward of %d tokens: the CUDA backend takes 1..%d (%d slots)", Tn,
+                          s->nbuf - 1, s->nbuf);
+    for (int i = 0; i < Tn; i++)
+      if (tokens[b][i] < 0 || tokens[b][i] >= t->embed_rows)
+        return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the embedding (%lld rows)", tokens[b][i],
+                            (long long)t->embed_rows);
+    if (pos0[b] < 0 || pos0[b] + Tn > s->max_pos)
+      return mtpq_err_set(err, MTPQ_E_INVAL, "%d tokens at position %lld past the sequence's %lld", Tn,
+                          (long long)pos0[b], (long long)s->max_pos);
+  }
   if (!m->plans[T].built) {
     enum mtpq_status st = build(m, T, err);
     if (st) return st;
   }
-  s->h_call->pos0 = pos0, s->h_call->cur = cur, s->h_call->nbuf = s->nbuf;
-  for (int i = 0; i < T; i++) s->h_call->tok[i] = tokens[i];
-  CK(cudaMemcpyAsync(s->call, s->h_call, sizeof(tcall), cudaMemcpyHostToDevice, g->st));
+  for (int b = 0; b < n; b++) {
+    const tseq *s = ss[b];
+    tcall &c = m->h_calls[b];
+    const int64_t L = t->L;
+    c.pos0 = pos0[b], c.cur = cur[b], c.nbuf = s->nbuf;
+    for (int i = 0; i < Tn; i++) c.tok[i] = tokens[b][i];
+    c.kc = (uint16_t *const *)s->dptr, c.vc = (uint16_t *const *)(s->dptr + L);
+    c.conv = (float *const *)(s->dptr + 2 * L), c.rec = (float *const *)(s->dptr + 3 * L);
+  }
+  CK(cudaMemcpyAsync(m->calls, m->h_calls, (size_t)n * sizeof(tcall), cudaMemcpyHostToDevice, g->st));
   const int hm = head < 0 ? 0 : head > 2 ? 2 : head;
-  CK(cudaEventRecord(s->e0, g->st));
+  CK(cudaEventRecord(m->e0, g->st));
   if (g->set.tune.graphs) {
-    cudaGraphExec_t &ex = s->graph[T][hm];
-    if (!ex) {
-      cudaGraph_t gr;
-      CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
-      t_enqueue(s, T, hm);
-      CK(cudaStreamEndCapture(g->st, &gr));
-      cudaError_t e = cudaGraphInstantiate(&ex, gr, 0);
-      cudaGraphDestroy(gr);
-      CK(e);
-    }
-    CK(cudaGraphLaunch(ex, g->st));
+    cudaGraphExec_t *ex = nullptr;
+    enum mtpq_status st = forward_graph(m, n, Tn, hm, &ex, err);
+    if (st) return st;
+    CK(cudaGraphLaunch(*ex, g->st));
   } else {
-    t_enqueue(s, T, hm);
+    t_enqueue(m, n, Tn, hm);
   }
   CK(cudaGetLastError());
-  CK(cudaEventRecord(s->e1, g->st));
+  CK(cudaEventRecord(m->e1, g->st));
   std::vector<unsigned long long> best((size_t)T);
-  if (hidden)
-    CK(cudaMemcpy2DAsync(hidden, (size_t)t->H * 4, m->hid, (size_t)m->HS * 4, (size_t)t->H * 4, (size_t)T,
+  for (int b = 0; b < n; b++) {
+    if (hidden && hidden[b])
+      CK(cudaMemcpy2DAsync(hidden[b], (size_t)t->H * 4, m->hid + (int64_t)b * Tn * m->HS, (size_t)m->HS * 4,
+                           (size_t)t->H * 4, (size_t)Tn, cudaMemcpyDeviceToHost, g->st));
+    if (hm == 2 && logits && logits[b])
+      CK(cudaMemcpyAsync(logits[b], m->logits + (int64_t)b * Tn * t->V, (size_t)(Tn * t->V) * 4,
                          cudaMemcpyDeviceToHost, g->st));
-  if (hm >= 1 && argmax)
-    CK(cudaMemcpyAsync(best.data(), g->x.best, (size_t)T * 8, cudaMemcpyDeviceToHost, g->st));
-  if (hm == 2 && logits)
-    CK(cudaMemcpyAsync(logits, m->logits, (size_t)(T * t->V) * 4, cudaMemcpyDeviceToHost, g->st));
+  }
+  if (hm >= 1 && argmax) CK(cudaMemcpyAsync(best.data(), g->x.best, (size_t)T * 8, cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
-  if (hm >= 1 && argmax)
-    for (int i = 0; i < T; i++) argmax[i] = (int32_t)(0xFFFFFFFFu - (uint32_t)(best[(size_t)i] & 0xFFFFFFFFu));
+  for (int b = 0; hm >= 1 && argmax && b < n; b++)
+    for (int i = 0; argmax[b] && i < Tn; i++)
+      argmax[b][i] = (int32_t)(0xFFFFFFFFu - (uint32_t)(best[(size_t)(b * Tn + i)] & 0xFFFFFFFFu));
   float ms = 0;
-  s->last_us = cudaEventElapsedTime(&ms, s->e0, s->e1) == cudaSuccess ? ms * 1e3 : -1;
+  const double us = cudaEventElapsedTime(&ms, m->e0, m->e1) == cudaSuccess ? ms * 1e3 : -1;
+  for (int b = 0; b < n; b++) ss[b]->last_us = us;
   return MTPQ_OK;
+}
+
+extern "C" enum mtpq_status mtpq__tcuda_forward(void *p, int T, const int32_t *tokens, int64_t pos0, int cur,
+                                                int head, float *hidden, float *logits, int32_t *argmax,
+                                                struct mtpq_err *err) {
+  return mtpq__tcuda_forward_many(&p, 1, T, &tokens, &pos0, &cur, head, &hidden, &logits, &argmax, err);
 }
 
 extern "C" enum mtpq_status mtpq__tcuda_seq_gdn(void *p, int layer, int slot, float *conv, float *rec,
@@ -518,12 +575,13 @@ extern "C" int mtpq__tcuda_profile(void *p, int T, const char **names, double *u
     mtpq_err_set(err, MTPQ_E_INVAL, "profile: run a forward of %d tokens first", T);
     return -1;
   }
-  // the last call's block again (its positions and slots), each kernel launched alone between two events
+  // the last forward again as one of T tokens of its first sequence (its call block), each kernel launched
+  // alone between two events
   g->prof.ev.assign(2048, nullptr);
   for (cudaEvent_t &e : g->prof.ev) cudaEventCreate(&e);
   g->prof.on = true;
   mark(g, "start");
-  t_enqueue(s, T, 1);
+  t_enqueue(m, 1, T, 1);
   g->prof.on = false;
   int k = 0;
   if (cudaStreamSynchronize(g->st) == cudaSuccess)
