@@ -87,21 +87,28 @@ static enum mtpq_status check_drafter(const struct mtpq_target *t, struct mtpq_r
   return MTPQ_OK;
 }
 
-enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
-                                          int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
-                                          int32_t *const *outs, struct mtpq_accept_stats *st,
-                                          struct mtpq_decode_times *tm, struct mtpq_decode_bench *bench,
-                                          struct mtpq_err *err) {
+/* B sequences (1..MTPQ_MAX_SEQS) of P[b] >= 1 prompt tokens, n_new >= 1 new ones each */
+static enum mtpq_status check_batch(int B, const int64_t *P, int64_t n_new, struct mtpq_err *err) {
   if (B < 1 || B > MTPQ_MAX_SEQS || n_new < 1)
     return mtpq_err_set(err, MTPQ_E_INVAL, "a batch of %d sequences (1..%d), %lld new tokens", B, MTPQ_MAX_SEQS,
                         (long long)n_new);
   for (int b = 0; b < B; b++)
     if (P[b] < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "sequence %d: a prompt of %lld tokens", b, (long long)P[b]);
+  return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                          int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
+                                          int32_t *const *outs, struct mtpq_accept_stats *st,
+                                          struct mtpq_decode_times *tm, struct mtpq_decode_bench *bench,
+                                          struct mtpq_err *err) {
+  enum mtpq_status rc = check_batch(B, P, n_new, err);
+  if (rc) return rc;
   const int64_t c0 = bench ? bench->context : 0; /* the position of each sequence's first token */
   if (c0 < 0 || (bench && bench->pattern && bench->npattern < 1))
     return mtpq_err_set(err, MTPQ_E_INVAL, "a benchmark context of %lld, an acceptance pattern of %lld rounds",
                         (long long)c0, (long long)(bench ? bench->npattern : 0));
-  enum mtpq_status rc = check_drafter(t, drafter, be, k, 0, err);
+  rc = check_drafter(t, drafter, be, k, 0, err);
   if (rc) return rc;
   enum { CHUNK = 8 }; /* prompt tokens a forward */
   const int64_t H = mtpq_target_hidden(t);
@@ -145,7 +152,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
         vs[n] = g->s, vt[n] = g->x + g->c, vh[n] = g->h + g->c * H, va[n] = g->x + g->c + 1, n++;
       }
       t0 = mtpq__now();
-      rc = mtpq_target_verify_many(vs, n, 1, vt, vh, va, err);
+      rc = mtpq_target_verify_many(vs, n, 1, vt, vh, NULL, va, err);
       for (int i = 0; i < n && !rc; i++) rc = mtpq_target_accept(vs[i], 0, err);
       ts += mtpq__now() - t0, live = 0;
       for (int b = 0; b < B && !rc; b++) {
@@ -192,7 +199,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
       int n = 0;
       for (int b = 0; b < B; b++)
         if (kf[b] == ke) vs[n] = q[b].s, vt[n] = v[b], vh[n] = q[b].h + q[b].c * H, va[n] = a[b], n++;
-      if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, va, err);
+      if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, NULL, va, err);
       for (int i = 0; i < n; i++) bf16_rows(vh[i], (ke + 1) * H);
     }
     ts += mtpq__now() - t0;
@@ -235,109 +242,173 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
   return mtpq_decode_greedy_batch(t, drafter, be, 1, &prompt, &P, n_new, k, &x, st, tm, bench, err);
 }
 
+/* One sequence of a batched sampled decode. */
+struct sseq {
+  struct mtpq_target_seq *s;
+  int32_t *x;     /* the caller's output: prompt, then the tokens */
+  float *h, *out; /* the target's hidden states (BF16-rounded), the drafter's catch-up outputs */
+  float *lg, *qq; /* the target's logits (a row a token), the drafter's distributions q (a row a draft) */
+  int32_t *tok, d[MTPQ_MAX_K + 1], v[MTPQ_MAX_K + 1];
+  int64_t *pos, N, c, from;
+  int keff;     /* this round's drafts (0: finished) */
+  uint64_t rng; /* (sp->seed, stream + b): the stream the sequence alone would draw from */
+  struct mtpq_accept_stats acc;
+};
+
+static void sseq_free(struct sseq *g) {
+  mtpq_target_seq_close(g->s);
+  free(g->h), free(g->out), free(g->lg), free(g->qq), free(g->tok), free(g->pos);
+}
+
+/* the drafter's keff drafts for g (selected in dr), each drawn from its own distribution q (the same
+ * temperature, top-k and top-p) into g->qq and fed back; dh: 2 H floats of room, lg V; *samp: the
+ * seconds the draws took (the loop's own time, not the drafter's) */
+static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct sseq *g, int64_t H, int64_t V,
+                                      const struct mtpq_sampling *sp, float *dh, float *lg, uint64_t *keys,
+                                      double *samp, struct mtpq_err *err) {
+  const int64_t m = g->c - g->from;
+  enum mtpq_status rc = catch_up(dr, g->x, g->h, g->from, g->c, 0, H, g->tok, g->pos, g->out, err);
+  if (!rc) memcpy(dh, g->out + (m - 1) * H, (size_t)H * sizeof *dh);
+  for (int i = 0; !rc && i < g->keff; i++) {
+    int32_t am;
+    if (i > 0) { /* token d[i - 1] at position c + i - 1 with the drafter's previous output */
+      const int64_t pi = g->c + i - 1;
+      rc = mtpq_session_step(dr, 1, &g->d[i - 1], dh, 0, &pi, dh + H, err);
+      if (rc) break;
+      memcpy(dh, dh + H, (size_t)H * sizeof *dh);
+    }
+    mtpq_session_head(dr, dh, &am, lg);
+    const double s0 = mtpq__now();
+    mtpq_sample_probs(lg, V, sp, g->qq + (size_t)i * V, keys);
+    g->d[i] = mtpq_sample_draw(g->qq + (size_t)i * V, V, &g->rng);
+    *samp += mtpq__now() - s0;
+  }
+  return rc;
+}
+
+/* the round's acceptance for g from the target's distributions at c + 1 .. c + keff + 1 (g->lg): accept
+ * d[j] with probability min(1, p/q), else draw from max(0, p - q); a bonus token from the last
+ * distribution when all are accepted (keff = 0: the target's own draw); the state slot kept and the
+ * round committed */
+static enum mtpq_status accept_sampled(struct sseq *g, int64_t V, const struct mtpq_sampling *sp, float *pp,
+                                       uint64_t *keys, struct mtpq_err *err) {
+  int j = 0;
+  int32_t next = -1;
+  for (; j < g->keff; j++) {
+    mtpq_sample_probs(g->lg + (size_t)j * V, V, sp, pp, keys);
+    if (!mtpq_sample_reject(pp, g->qq + (size_t)j * V, V, g->d[j], &g->rng, &next)) break;
+  }
+  if (j == g->keff) {
+    mtpq_sample_probs(g->lg + (size_t)g->keff * V, V, sp, pp, keys);
+    next = mtpq_sample_draw(pp, V, &g->rng);
+  }
+  enum mtpq_status rc = mtpq_target_accept(g->s, j, err);
+  if (rc) return rc;
+  if (!g->keff) { /* no speculation: the target's token, no round to count */
+    g->x[++g->c] = next;
+    return MTPQ_OK;
+  }
+  commit_round(g->x, g->N, g->c, g->d, j, g->keff, next, &g->acc);
+  g->from = g->c, g->c += j + 1;
+  return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                          int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
+                                          const struct mtpq_sampling *sp, uint64_t stream, int32_t *const *outs,
+                                          struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
+                                          struct mtpq_err *err) {
+  enum mtpq_status rc = check_batch(B, P, n_new, err);
+  if (rc) return rc;
+  if (!(sp->temperature > 0) || !(sp->top_p > 0 && sp->top_p <= 1) || sp->top_k < 0)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "sampling with temperature %g, top-p %g, top-k %d", sp->temperature,
+                        sp->top_p, sp->top_k);
+  rc = check_drafter(t, drafter, be, k, 1, err);
+  if (rc) return rc;
+  enum { CHUNK = 8 };
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), K1 = drafter ? k + 1 : 1;
+  const int64_t rows = K1 > CHUNK ? K1 : CHUNK; /* target logits rows: a verify, or a prefill chunk */
+  struct sseq q[MTPQ_MAX_SEQS];
+  memset(q, 0, sizeof q);
+  int64_t most = 0;
+  for (int b = 0; b < B && !rc; b++) {
+    struct sseq *g = &q[b];
+    g->N = P[b] + n_new, g->c = P[b], g->x = outs[b], g->acc.k = k;
+    most = g->N > most ? g->N : most;
+    mtpq_rng_seed(&g->rng, sp->seed, stream + (uint64_t)b);
+    memcpy(g->x, prompts[b], (size_t)P[b] * sizeof *g->x);
+    g->h = malloc((size_t)(g->N * H) * sizeof *g->h), g->out = malloc((size_t)(g->N * H) * sizeof *g->out);
+    g->lg = malloc((size_t)(rows * V) * sizeof *g->lg), g->qq = malloc((size_t)(K1 * V) * sizeof *g->qq);
+    g->tok = malloc((size_t)g->N * sizeof *g->tok), g->pos = malloc((size_t)g->N * sizeof *g->pos);
+    if (!g->h || !g->out || !g->lg || !g->qq || !g->tok || !g->pos)
+      rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+    if (!rc) rc = mtpq_target_seq_open(t, be, g->N, (int)rows, &g->s, err);
+  }
+  float *pp = malloc((size_t)V * sizeof *pp), *lg = malloc((size_t)V * sizeof *lg);
+  float *dh = malloc((size_t)(2 * H) * sizeof *dh); /* the drafter's own chain: its last output, the next */
+  uint64_t *keys = malloc((size_t)V * sizeof *keys);
+  if (!rc && (!pp || !lg || !dh || !keys)) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  struct mtpq_session *dr = NULL;
+  if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, most, 0, B, &dr, err);
+  struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, logits */
+  const int32_t *vt[MTPQ_MAX_SEQS];
+  float *vh[MTPQ_MAX_SEQS], *vl[MTPQ_MAX_SEQS];
+  const double start = mtpq__now();
+  for (int b = 0; b < B && !rc; b++) { /* the prompts; each one's first token from its last token's logits */
+    struct sseq *g = &q[b];
+    rc = prefill(g->s, g->x, P[b], CHUNK, g->h, H, g->lg, V, err);
+    if (!rc) mtpq_sample_probs(g->lg, V, sp, pp, keys), g->x[P[b]] = mtpq_sample_draw(pp, V, &g->rng);
+  }
+  const double gen0 = mtpq__now();
+  double ts = 0, ds = 0, samp = 0, t0;
+  for (int live = B; !rc && live > 0;) {
+    /* the drafts of each live sequence (none without a drafter), then the target's distributions for all
+     * live sequences with the same number of drafts in one verify (mtpq_target_verify_many) */
+    for (int b = 0; b < B && !rc; b++) {
+      struct sseq *g = &q[b];
+      g->keff = g->c >= g->N - 1 ? -1 : !drafter ? 0 : (int)(g->N - 1 - g->c < k ? g->N - 1 - g->c : k);
+      if (g->keff < 1) continue;
+      t0 = mtpq__now();
+      rc = mtpq_session_select(dr, b, err);
+      if (!rc) rc = draft_sampled(dr, g, H, V, sp, dh, lg, keys, &samp, err);
+      ds += mtpq__now() - t0;
+    }
+    t0 = mtpq__now();
+    for (int ke = 0; ke <= (drafter ? k : 0) && !rc; ke++) {
+      int n = 0;
+      for (int b = 0; b < B; b++) {
+        struct sseq *g = &q[b];
+        if (g->keff != ke) continue;
+        g->v[0] = g->x[g->c];
+        memcpy(g->v + 1, g->d, (size_t)ke * sizeof *g->v);
+        vs[n] = g->s, vt[n] = g->v, vh[n] = g->h + g->c * H, vl[n] = g->lg, n++;
+      }
+      if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, vl, NULL, err);
+      for (int i = 0; i < n && !rc; i++) bf16_rows(vh[i], (ke + 1) * H);
+    }
+    ts += mtpq__now() - t0;
+    live = 0;
+    for (int b = 0; b < B && !rc; b++) {
+      struct sseq *g = &q[b];
+      if (g->keff < 0) continue;
+      t0 = mtpq__now();
+      rc = accept_sampled(g, V, sp, pp, keys, err);
+      ts += mtpq__now() - t0;
+      live += g->c < g->N - 1;
+    }
+  }
+  ds -= samp; /* (the drafts' draws are the loop's own time) */
+  for (int b = 0; b < B && st; b++) st[b] = q[b].acc, st[b].draft_s = ds / B;
+  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds};
+  mtpq_session_close(dr);
+  for (int b = 0; b < B; b++) sseq_free(&q[b]);
+  free(pp), free(lg), free(dh), free(keys);
+  return rc;
+}
+
 enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k,
                                     const struct mtpq_sampling *sp, uint64_t stream, int32_t *x,
                                     struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err) {
-  if (P < 1 || n_new < 1)
-    return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens, %lld new", (long long)P, (long long)n_new);
-  if (!(sp->temperature > 0) || !(sp->top_p > 0 && sp->top_p <= 1) || sp->top_k < 0)
-    return mtpq_err_set(err, MTPQ_E_INVAL, "sampling with temperature %g, top-p %g, top-k %d", sp->temperature,
-                        sp->top_p, sp->top_k);
-  enum mtpq_status rc = check_drafter(t, drafter, be, k, 1, err);
-  if (rc) return rc;
-  enum { CHUNK = 8 };
-  const int64_t N = P + n_new, H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), K1 = drafter ? k + 1 : 1;
-  struct mtpq_accept_stats acc = {0};
-  acc.k = k;
-  uint64_t rng;
-  mtpq_rng_seed(&rng, sp->seed, stream);
-  memcpy(x, prompt, (size_t)P * sizeof *x);
-  struct mtpq_target_seq *s = NULL;
-  struct mtpq_session *dr = NULL;
-  float *h = malloc((size_t)(N * H) * sizeof *h), *out = malloc((size_t)(N * H) * sizeof *out);
-  float *lg = malloc((size_t)((K1 > CHUNK ? K1 : CHUNK) * V) * sizeof *lg); /* target logits, a row a token */
-  float *pp = malloc((size_t)(K1 * V) * sizeof *pp), *qq = malloc((size_t)(K1 * V) * sizeof *qq); /* p, q rows */
-  float *dh = malloc((size_t)(2 * H) * sizeof *dh); /* the drafter's own chain: its last output, the next */
-  uint64_t *keys = malloc((size_t)V * sizeof *keys);
-  int32_t *tok = malloc((size_t)N * sizeof *tok);
-  int64_t *pos = malloc((size_t)N * sizeof *pos);
-  if (!h || !out || !lg || !pp || !qq || !dh || !keys || !tok || !pos)
-    rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-  if (!rc) rc = mtpq_target_seq_open(t, be, N, K1 > CHUNK ? (int)K1 : CHUNK, &s, err);
-  if (!rc && drafter) rc = mtpq_session_open(drafter, be, N, 0, &dr, err);
-  const double start = mtpq__now();
-  if (!rc) rc = prefill(s, x, P, CHUNK, h, H, lg, V, err); /* the prompt; its last token's logits */
-  if (!rc) {
-    mtpq_sample_probs(lg, V, sp, pp, keys);
-    x[P] = mtpq_sample_draw(pp, V, &rng);
-  }
-  const double gen0 = mtpq__now();
-  double ts = 0, ds = 0, t0;
-  int64_t c = P, from = 0;
-  while (!rc && c < N - 1) {
-    if (!drafter) { /* the target alone: x[c] in, x[c + 1] drawn from its distribution */
-      t0 = mtpq__now();
-      rc = mtpq_target_step(s, x[c], h + c * H, lg, NULL, err);
-      ts += mtpq__now() - t0;
-      if (rc) break;
-      mtpq_sample_probs(lg, V, sp, pp, keys);
-      x[c + 1] = mtpq_sample_draw(pp, V, &rng), c++;
-      continue;
-    }
-    /* the drafter catches up, then drafts keff tokens, each drawn from its own distribution q (the same
-     * temperature, top-k and top-p) and fed back */
-    t0 = mtpq__now();
-    const int64_t m = c - from;
-    rc = catch_up(dr, x, h, from, c, 0, H, tok, pos, out, err);
-    const int keff = (int)(N - 1 - c < k ? N - 1 - c : k);
-    int32_t d[MTPQ_MAX_K + 1];
-    if (!rc) memcpy(dh, out + (m - 1) * H, (size_t)H * sizeof *dh);
-    for (int i = 0; !rc && i < keff; i++) {
-      int32_t am;
-      if (i > 0) { /* token d[i - 1] at position c + i - 1 with the drafter's previous output */
-        const int64_t pi = c + i - 1;
-        rc = mtpq_session_step(dr, 1, &d[i - 1], dh, 0, &pi, dh + H, err);
-        if (rc) break;
-        memcpy(dh, dh + H, (size_t)H * sizeof *dh);
-      }
-      mtpq_session_head(dr, dh, &am, lg);
-      const double s0 = mtpq__now(); /* (sampling is the loop's own time, not the drafter's) */
-      mtpq_sample_probs(lg, V, sp, qq + (size_t)i * V, keys);
-      d[i] = mtpq_sample_draw(qq + (size_t)i * V, V, &rng);
-      ds -= mtpq__now() - s0;
-    }
-    ds += mtpq__now() - t0;
-    if (rc) break;
-    /* the target's distributions at c + 1 .. c + keff + 1 from one verify of [x[c], d0 .. d(keff-1)] */
-    int32_t v[MTPQ_MAX_K + 1];
-    v[0] = x[c];
-    memcpy(v + 1, d, (size_t)keff * sizeof *v);
-    t0 = mtpq__now();
-    rc = mtpq_target_verify_logits(s, keff + 1, v, h + c * H, lg, NULL, err);
-    ts += mtpq__now() - t0;
-    if (rc) break;
-    bf16_rows(h + c * H, (keff + 1) * H);
-    int j = 0;
-    int32_t next = -1;
-    for (; j < keff; j++) { /* accept d[j] with probability min(1, p/q), else draw from max(0, p - q) */
-      mtpq_sample_probs(lg + (size_t)j * V, V, sp, pp, keys);
-      if (!mtpq_sample_reject(pp, qq + (size_t)j * V, V, d[j], &rng, &next)) break;
-    }
-    if (j == keff) { /* every draft accepted: a bonus token from the last distribution */
-      mtpq_sample_probs(lg + (size_t)keff * V, V, sp, pp, keys);
-      next = mtpq_sample_draw(pp, V, &rng);
-    }
-    rc = mtpq_target_accept(s, j, err);
-    if (rc) break;
-    commit_round(x, N, c, d, j, keff, next, &acc);
-    from = c, c += j + 1;
-  }
-  acc.draft_s = ds;
-  if (st) *st = acc;
-  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds};
-  mtpq_session_close(dr);
-  mtpq_target_seq_close(s);
-  free(h), free(out), free(lg), free(pp), free(qq), free(dh), free(keys), free(tok), free(pos);
-  return rc;
+  return mtpq_decode_sample_batch(t, drafter, be, 1, &prompt, &P, n_new, k, sp, stream, &x, st, tm, err);
 }

@@ -93,4 +93,18 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
                                     const struct mtpq_sampling *sp, uint64_t stream, int32_t *out,
                                     struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err);
 
+/* B (1..MTPQ_MAX_SEQS) sequences sampled together, sequence b exactly as
+ * mtpq_decode_sample decodes it alone with stream + b (prompts[b] of P[b]
+ * tokens into outs[b]; on one backend, the same output token for token):
+ * every round each live sequence drafts on its own (its own cache in one
+ * drafter session), then the target verifies the live sequences with the
+ * same number of drafts together (mtpq_target_verify_many, logits kept),
+ * and each accepts or rejects with its own random stream. st (may be NULL):
+ * B entries. */
+enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
+                                          int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
+                                          const struct mtpq_sampling *sp, uint64_t stream, int32_t *const *outs,
+                                          struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
+                                          struct mtpq_err *err);
+
 #endif

@@ -563,7 +563,8 @@ enum mtpq_status mtpq_target_verify_logits(struct mtpq_target_seq *s, int T, con
 }
 
 enum mtpq_status mtpq_target_verify_many(struct mtpq_target_seq *const *s, int n, int T, const int32_t *const *tokens,
-                                         float *const *hidden, int32_t *const *argmax, struct mtpq_err *err) {
+                                         float *const *hidden, float *const *logits, int32_t *const *argmax,
+                                         struct mtpq_err *err) {
   if (n < 1) return mtpq_err_set(err, MTPQ_E_INVAL, "a verify of %d sequences", n);
   for (int b = 0; b < n; b++) {
     if (s[b]->t != s[0]->t || !s[b]->gpu != !s[0]->gpu)
@@ -582,8 +583,8 @@ enum mtpq_status mtpq_target_verify_many(struct mtpq_target_seq *const *s, int n
   int done = 0;
   if (!s[0]->gpu) { /* the reference: one after another */
     for (; done < n && !st; done += !st)
-      st =
-          mtpq_target_verify(s[done], T, tokens[done], hidden ? hidden[done] : NULL, argmax ? argmax[done] : NULL, err);
+      st = mtpq_target_verify_logits(s[done], T, tokens[done], hidden ? hidden[done] : NULL,
+                                     logits ? logits[done] : NULL, argmax ? argmax[done] : NULL, err);
   } else { /* forwards of as many whole sequences as MTPQ_TCUDA_MAX_T tokens hold */
     const int per = MTPQ_TCUDA_MAX_T / T;
     for (; done < n && !st;) {
@@ -592,8 +593,12 @@ enum mtpq_status mtpq_target_verify_many(struct mtpq_target_seq *const *s, int n
       int64_t pos[MTPQ_TCUDA_MAX_T];
       int cur[MTPQ_TCUDA_MAX_T];
       for (int b = 0; b < m; b++) gs[b] = s[done + b]->gpu, pos[b] = s[done + b]->len, cur[b] = s[done + b]->cur;
-      st = mtpq__tcuda_forward_many(gs, m, T, tokens + done, pos, cur, argmax ? 1 : 0, hidden ? hidden + done : NULL,
-                                    NULL, argmax ? argmax + done : NULL, err);
+      st = mtpq__tcuda_forward_many(gs, m, T, tokens + done, pos, cur,
+                                    logits   ? 2
+                                    : argmax ? 1
+                                             : 0,
+                                    hidden ? hidden + done : NULL, logits ? logits + done : NULL,
+                                    argmax ? argmax + done : NULL, err);
       for (int b = 0; b < m && !st; b++) {
         struct mtpq_target_seq *q = s[done + b];
         q->vbase = q->len, q->vcur = q->cur, q->len += T, q->vcount = T, q->cur = (q->vcur + T) % q->nbuf;

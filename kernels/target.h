@@ -82,15 +82,16 @@ enum mtpq_status mtpq_target_verify_logits(struct mtpq_target_seq *s, int T, con
                                            float *logits, int32_t *argmax, struct mtpq_err *err);
 enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err);
 /* n sequences of one target and backend (distinct), each verifying T
- * tokens: s[b] as mtpq_target_verify(s[b], T, tokens[b], hidden[b],
- * argmax[b]) (hidden, argmax or their entries may be NULL), each accepted
- * on its own after. On the CUDA backend the sequences go through the target
+ * tokens: s[b] as mtpq_target_verify_logits(s[b], T, tokens[b],
+ * hidden[b], logits[b], argmax[b]) (hidden, logits, argmax or their
+ * entries may be NULL), each accepted on its own after. On the CUDA backend the sequences go through the target
  * as few forwards as hold them (MTPQ_TCUDA_MAX_T tokens a forward: 8 / T
  * sequences), every weight read once a forward; the CPU reference verifies
  * them one after another. All or none: on an error no sequence has a
  * verify. */
 enum mtpq_status mtpq_target_verify_many(struct mtpq_target_seq *const *s, int n, int T, const int32_t *const *tokens,
-                                         float *const *hidden, int32_t *const *argmax, struct mtpq_err *err);
+                                         float *const *hidden, float *const *logits, int32_t *const *argmax,
+                                         struct mtpq_err *err);
 /* CPU: cache K and V in BF16 (rounded to nearest even) as the CUDA backend
  * and vLLM cache a BF16 model, instead of float32; before the first token
  * (the CUDA backend always does). */

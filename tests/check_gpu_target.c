@@ -221,8 +221,8 @@ START_TEST(test_verify_many) {
   for (int b = 0; b < S; b++)
     for (int i = 0; i < N; i++) x[b * N + i] = (int32_t)((i * 37 + b * 101 + 3) % V);
   float *hm = malloc((size_t)(S * TM * H) * 4), *h1 = malloc((size_t)(S * TM * H) * 4);
-  float *lg = malloc((size_t)(TM * V) * 4);
-  double worst = 0;
+  float *lg = malloc((size_t)(TM * V) * 4), *lm = malloc((size_t)(S * TM * V) * 4);
+  double worst = 0, worst_lg = 0;
   for (int T = 2; T <= TM; T++) {
     struct mtpq_target_seq *m[S], *one[S], *cpu[S];
     const int32_t *tk[S];
@@ -241,10 +241,16 @@ START_TEST(test_verify_many) {
       tk[b] = x + b * N + P[b], hp[b] = hm + (size_t)(b * T * H), ap[b] = am[b];
       ck_assert_int_eq(mtpq_target_verify(one[b], T, tk[b], h1 + (size_t)(b * T * H), a1[b], &err), MTPQ_OK);
     }
-    ck_assert_msg(mtpq_target_verify_many(m, S, T, tk, hp, ap, &err) == MTPQ_OK, "%s", err.msg);
+    float *lp[S]; /* (the logits too: the sampled loop's verify) */
+    for (int b = 0; b < S; b++) lp[b] = lm + (size_t)(b * T) * V;
+    ck_assert_msg(mtpq_target_verify_many(m, S, T, tk, hp, lp, ap, &err) == MTPQ_OK, "%s", err.msg);
     for (int b = 0; b < S; b++) {
       /* the CPU's logits say where the argmax is clear */
       ck_assert_int_eq(mtpq_target_verify_logits(cpu[b], T, tk[b], NULL, lg, NULL, &err), MTPQ_OK);
+      const double el = rel_err(lp[b], lg, (size_t)(T * V)); /* together vs the CPU's */
+      worst_lg = el > worst_lg ? el : worst_lg;
+      ck_assert_msg(el <= TOL, "%s: T = %d, sequence %d: logits together vs the CPU's, relative error %.3g", c->name, T,
+                    b, el);
       for (int i = 0; i < T; i++) {
         const double e = rel_err(hm + (size_t)((b * T + i) * H), h1 + (size_t)((b * T + i) * H), (size_t)H);
         worst = e > worst ? e : worst;
@@ -268,9 +274,10 @@ START_TEST(test_verify_many) {
     for (int b = 0; b < S; b++)
       mtpq_target_seq_close(m[b]), mtpq_target_seq_close(one[b]), mtpq_target_seq_close(cpu[b]);
   }
-  printf("%s: 3 sequences verified together vs alone (T = 2, 3), then a slot and a token: rel. err <= %.2e\n", c->name,
-         worst);
-  free(x), free(hm), free(h1), free(lg);
+  printf("%s: 3 sequences verified together vs alone (T = 2, 3), then a slot and a token: rel. err <= %.2e; "
+         "their logits vs the CPU's <= %.2e\n",
+         c->name, worst, worst_lg);
+  free(x), free(hm), free(h1), free(lg), free(lm);
   mtpq_target_close(t);
 }
 END_TEST

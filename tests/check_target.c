@@ -134,7 +134,7 @@ START_TEST(test_verify_many) {
     tk[b] = x[b] + P[b], hp[b] = hm + (size_t)(b * T * H), ap[b] = am[b];
     ck_assert_int_eq(mtpq_target_verify(one[b], T, tk[b], h1 + (size_t)(b * T * H), a1[b], &err), MTPQ_OK);
   }
-  ck_assert_msg(mtpq_target_verify_many(m, S, T, tk, hp, ap, &err) == MTPQ_OK, "%s", err.msg);
+  ck_assert_msg(mtpq_target_verify_many(m, S, T, tk, hp, NULL, ap, &err) == MTPQ_OK, "%s", err.msg);
   ck_assert(!memcmp(hm, h1, (size_t)(S * T * H) * 4) && !memcmp(am, a1, sizeof am));
   for (int b = 0; b < S; b++) {
     ck_assert_int_eq(mtpq_target_accept(m[b], J[b], &err), MTPQ_OK);
@@ -149,21 +149,21 @@ START_TEST(test_verify_many) {
   }
   /* misuse: a sequence twice, another target, a verify longer than the slots */
   struct mtpq_target_seq *dup[2] = {m[0], m[0]}, *other = NULL, *mixed[2] = {m[0], NULL};
-  ck_assert_int_eq(mtpq_target_verify_many(dup, 2, 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_verify_many(dup, 2, 1, tk, NULL, NULL, NULL, &err), MTPQ_E_INVAL);
   ck_assert_msg(strstr(err.msg, "are one"), "%s", err.msg);
   ck_assert_msg(mtpq_target_open(models[1], &t2, &err) == MTPQ_OK, "%s", err.msg);
   ck_assert_int_eq(mtpq_target_seq_open(t2, MTPQ_BACKEND_CPU, N, T, &other, &err), MTPQ_OK);
   mixed[1] = other;
-  ck_assert_int_eq(mtpq_target_verify_many(mixed, 2, 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_verify_many(mixed, 2, 1, tk, NULL, NULL, NULL, &err), MTPQ_E_INVAL);
   ck_assert_msg(strstr(err.msg, "another target"), "%s", err.msg);
-  ck_assert_int_eq(mtpq_target_verify_many(m, S, T + 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
-  ck_assert_int_eq(mtpq_target_verify_many(m, 0, 1, tk, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_verify_many(m, S, T + 1, tk, NULL, NULL, NULL, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_target_verify_many(m, 0, 1, tk, NULL, NULL, NULL, &err), MTPQ_E_INVAL);
   /* all or none: the third sequence's token is outside the vocabulary; the first two keep no verify */
   int32_t bad[T] = {1, 2, (int32_t)V};
   const int32_t *tb[S] = {x[0], x[1], bad};
   int64_t len[S];
   for (int b = 0; b < S; b++) len[b] = mtpq_target_seq_len(m[b]);
-  ck_assert_int_eq(mtpq_target_verify_many(m, S, T, tb, NULL, NULL, &err), MTPQ_E_BAD_VALUE);
+  ck_assert_int_eq(mtpq_target_verify_many(m, S, T, tb, NULL, NULL, NULL, &err), MTPQ_E_BAD_VALUE);
   for (int b = 0; b < S; b++) {
     ck_assert_int_eq(mtpq_target_seq_len(m[b]), len[b]);
     ck_assert_int_eq(mtpq_target_accept(m[b], 0, &err), MTPQ_E_INVAL); /* no verify pending */
@@ -508,6 +508,32 @@ START_TEST(test_greedy_batch) {
   for (int b = 0; b < B; b++) ck_assert(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got));
   ck_assert_int_eq(mtpq_decode_greedy_batch(t, drs[0], MTPQ_BACKEND_CPU, 9, pp, P, NEW, 3, op, NULL, NULL, NULL, &err),
                    MTPQ_E_INVAL);
+  /* sampled (temperature 0.8, top-p 0.9): sequence b of a batch is, token for token and round for round,
+   * what it is decoded alone with stream 100 + b; with and without speculation */
+  const struct mtpq_sampling sp = {0.8, 0.9, 0, 4242};
+  for (int k = 0; k <= 3; k += 3) {
+    struct mtpq_rt_model *d = k ? drs[1] : NULL;
+    struct mtpq_accept_stats sb[B];
+    for (int b = 0; b < B; b++)
+      ck_assert_msg(!mtpq_decode_sample(t, d, MTPQ_BACKEND_CPU, prompt[b], P[b], NEW, k ? k : 1, &sp, 100 + (uint64_t)b,
+                                        plain[b], &sb[b], NULL, &err),
+                    "%s", err.msg);
+    memset(got, 0xff, sizeof got);
+    struct mtpq_accept_stats sm[B];
+    ck_assert_msg(
+        !mtpq_decode_sample_batch(t, d, MTPQ_BACKEND_CPU, B, pp, P, NEW, k ? k : 1, &sp, 100, op, sm, NULL, &err), "%s",
+        err.msg);
+    int differ = 0;
+    for (int b = 0; b < B; b++) {
+      ck_assert_msg(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got),
+                    "sampled batch of 4, k = %d: sequence %d differs from its own sampled decode", k, b);
+      ck_assert_uint_eq(sm[b].drafts, sb[b].drafts);
+      for (int i = 0; i < k; i++) ck_assert_uint_eq(sm[b].accepted[i], sb[b].accepted[i]);
+      differ += b && memcmp(got[b] + P[b], got[0] + P[0], NEW * sizeof **got) != 0;
+    }
+    ck_assert_int_eq(differ, B - 1); /* (the prompts differ, and so do their streams) */
+    printf("sampled batch of 4, k = %d: every sequence equal to its own decode alone\n", k);
+  }
   mtpq_traces_close(tr);
   mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
   mtpq_target_close(t);

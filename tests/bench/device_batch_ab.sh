@@ -17,9 +17,7 @@ O=$1 B=$2 V=$3 T=testdata/tiny-qwen3next W=/tmp/mtpq-bab
 mkdir -p "$O" "$W"
 . tests/bench/device_lib.sh
 dev_build "$O" || exit 1
-rm -rf /tmp/base && cp -r "$B" /tmp/base && cp -r .device-debs /tmp/base/
-(cd /tmp/base && OUT=/tmp/base-out && mkdir -p $OUT && . .ci/device-build.sh) > "$O/base-build.txt" 2>&1 ||
-  { echo "base build failed"; tail -n 20 "$O/base-build.txt"; exit 1; }
+dev_base_build "$B" "$O" || exit 1
 echo "built both at ${SECONDS}s"
 timeout 240 ./build-gpu/tests/check_gpu_target > "$O/check_gpu_target.txt" 2>&1
 echo "check_gpu_target rc $? at ${SECONDS}s: $(grep -E '^[0-9]+%: Checks' "$O/check_gpu_target.txt")"

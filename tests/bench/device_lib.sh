@@ -11,6 +11,14 @@ dev_build() {
   dev_card "$1"
 }
 
+# BASE OUTDIR: the source tree BASE (the tree before a change, carried)
+# built in /tmp/base (its log in OUTDIR/base-build.txt; its tail and status 1 when it fails)
+dev_base_build() {
+  rm -rf /tmp/base && cp -r "$1" /tmp/base && cp -r .device-debs /tmp/base/
+  (cd /tmp/base && OUT=/tmp/base-out && mkdir -p $OUT && . .ci/device-build.sh) > "$2/base-build.txt" 2>&1 ||
+    { echo "base build failed"; tail -n 20 "$2/base-build.txt"; return 1; }
+}
+
 # OUTDIR: the card, driver, clocks and CUDA into OUTDIR/card.txt (and stdout)
 dev_card() {
   { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader;

@@ -275,9 +275,10 @@ printf 'def f(x):\n    return x\n' > "$SCRATCH/p.txt"
 run bd_k 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 0 && has bd_k err '-k must be'
 run bd_batch9 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --batch 9 &&
   has bd_batch9 err 'batch must be 1..8'
-run bd_batchs 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --batch 2 \
-  --temperature 0.7 && has bd_batchs err 'sampled runs decode one prompt at a time'
 printf 'import os\n' > "$SCRATCH/p2.txt"
+run bd_batchs 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --prompts "$SCRATCH/p2.txt" \
+  -k 2 -n 4 --batch 2 --temperature 0.7 && has bd_batchs out 'sampled .*batch 2, 2 prompts' &&
+  has bd_batchs out '^stock .*[0-9]\.[0-9]{3} \['
 run bd_batch 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --prompts "$SCRATCH/p2.txt" \
   -k 2 -n 6 --batch 2 && has bd_batch out 'batch 2, 2 prompts' && has bd_batch out 'stock .* yes$'
 # throughput runs: a greedy --json report is an acceptance pattern for a later run at the same k
