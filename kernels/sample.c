@@ -43,20 +43,29 @@ void mtpq_sample_probs(const float *logits, int64_t V, const struct mtpq_samplin
   /* Only the tokens at or above a threshold t are sorted: with t such that
    * they hold at least top_k tokens and at least top_p of the mass, the
    * top-k and top-p sets (ties included) lie among them, every other token
-   * being less probable than each of them. t starts at the largest
-   * probability and falls 16-fold a pass (a 151,936-token sort was most of
-   * a sampled step's time). */
-  float pmax = 0;
-  for (int64_t v = 0; v < V; v++) pmax = probs[v] > pmax ? probs[v] : pmax;
-  float thr = pmax;
-  for (;;) {
-    int64_t cnt = 0;
-    double mass = 0;
-    for (int64_t v = 0; v < V; v++)
-      if (probs[v] >= thr) cnt++, mass += probs[v];
-    if ((!topk || cnt >= s->top_k) && (!(s->top_p > 0 && s->top_p < 1) || mass >= s->top_p)) break;
-    if (thr == 0) break;
-    thr = thr > 1e-30f ? thr / 16 : 0;
+   * being less probable than each of them (a 151,936-token sort was most of
+   * a sampled step's time). t is a power of two: one pass counts the tokens
+   * and sums the mass by float exponent, and t is the largest exponent's
+   * 2^e down to which both are reached. */
+  const int topp = s->top_p > 0 && s->top_p < 1;
+  int64_t cnt_e[256] = {0};
+  double mass_e[256] = {0};
+  for (int64_t v = 0; v < V; v++) {
+    uint32_t b;
+    memcpy(&b, &probs[v], 4);
+    cnt_e[b >> 23 & 0xFF]++, mass_e[b >> 23 & 0xFF] += probs[v];
+  }
+  float thr = 0;
+  int64_t cnt = 0;
+  double mass = 0;
+  for (int e = 255; e > 0; e--) {
+    cnt += cnt_e[e], mass += mass_e[e];
+    /* (a margin over top_p: the sums below run in other orders) */
+    if (cnt && (!topk || cnt >= s->top_k) && (!topp || mass >= (double)s->top_p + 1e-6)) {
+      const uint32_t b = (uint32_t)e << 23;
+      memcpy(&thr, &b, 4);
+      break;
+    }
   }
   int64_t n = 0; /* the candidates, most probable first */
   for (int64_t v = 0; v < V; v++)
@@ -71,8 +80,8 @@ void mtpq_sample_probs(const float *logits, int64_t V, const struct mtpq_samplin
     keep = s->top_k;
     while (keep < n && (keys[keep] >> 32) == (keys[s->top_k - 1] >> 32)) keep++;
   }
-  if (s->top_p > 0 && s->top_p < 1) { /* of the mass the top-k left */
-    double tot = 0, acc = 0;          /* the mass top-k kept, or all of it */
+  if (topp) {                /* of the mass the top-k left */
+    double tot = 0, acc = 0; /* the mass top-k kept, or all of it */
     if (topk)
       for (int64_t i = 0; i < keep; i++) tot += probs[key_id(keys[i])];
     else

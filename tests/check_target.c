@@ -231,6 +231,73 @@ START_TEST(test_sampler) {
 }
 END_TEST
 
+/* the sampler's distribution by its definition: every token sorted (most
+ * probable first, ties to the lower id), top-k with the k-th's ties, top-p
+ * of the mass the top-k left, renormalised */
+static const float *ref_p; /* qsort's comparator reads the probabilities here */
+static int by_p_desc(const void *a, const void *b) {
+  const float *p = ref_p;
+  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return p[x] > p[y] ? -1 : p[x] < p[y] ? 1 : x - y;
+}
+
+static void ref_probs(const float *lg, int64_t V, const struct mtpq_sampling *s, float *p, int32_t *ord) {
+  const struct mtpq_sampling all = {s->temperature, 1.0f, 0, 0};
+  uint64_t *keys = malloc((size_t)V * 8);
+  mtpq_sample_probs(lg, V, &all, p, keys); /* temperature only */
+  free(keys);
+  for (int64_t v = 0; v < V; v++) ord[v] = (int32_t)v;
+  ref_p = p;
+  qsort(ord, (size_t)V, sizeof *ord, by_p_desc);
+  int64_t keep = V;
+  if (s->top_k > 0 && s->top_k < V) {
+    keep = s->top_k;
+    while (keep < V && p[ord[keep]] == p[ord[s->top_k - 1]]) keep++;
+  }
+  if (s->top_p > 0 && s->top_p < 1) {
+    double tot = 0, acc = 0;
+    if (s->top_k > 0 && s->top_k < V)
+      for (int64_t i = 0; i < keep; i++) tot += p[ord[i]];
+    else
+      for (int64_t v = 0; v < V; v++) tot += p[v];
+    int64_t j = 0;
+    while (j < keep && acc < (double)s->top_p * tot) acc += p[ord[j++]];
+    keep = j ? j : 1;
+  }
+  double kept = 0;
+  for (int64_t i = 0; i < keep; i++) kept += p[ord[i]];
+  for (int64_t i = keep; i < V; i++) p[ord[i]] = 0.0f;
+  for (int64_t i = 0; i < keep; i++) p[ord[i]] = (float)(p[ord[i]] / kept);
+}
+
+/* mtpq_sample_probs sorts only the tokens above a threshold: bit for bit the
+ * definition's distribution on a full vocabulary, for flat, peaked and tied
+ * logits and several settings */
+START_TEST(test_sampler_threshold) {
+  enum { V = 151936 };
+  float *lg = malloc(V * 4), *p = malloc(V * 4), *r = malloc(V * 4);
+  uint64_t *keys = malloc((size_t)V * 8), rng;
+  int32_t *ord = malloc(V * 4);
+  const struct mtpq_sampling set[] = {{0.8f, 0.95f, 0, 0},  {1.0f, 0.5f, 0, 0},   {0.6f, 1.0f, 40, 0},
+                                      {1.2f, 0.9f, 100, 0}, {0.7f, 0.999f, 0, 0}, {1.0f, 0.3f, 5, 0}};
+  for (int shape = 0; shape < 3; shape++) {
+    mtpq_rng_seed(&rng, 9, (uint64_t)shape);
+    for (int64_t v = 0; v < V; v++) {
+      const double u = mtpq_uniform(&rng);
+      lg[v] = shape == 0   ? (float)(u * 20 - 10)                       /* flat */
+              : shape == 1 ? (float)(v % 997 == 0 ? 14 + u : u * 8 - 4) /* a few peaks over a heavy tail */
+                           : (float)((int)(u * 6));                     /* six values: ties everywhere */
+    }
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) {
+      mtpq_sample_probs(lg, V, &set[i], p, keys);
+      ref_probs(lg, V, &set[i], r, ord);
+      ck_assert_msg(!memcmp(p, r, (size_t)V * 4), "shape %d, setting %zu: not the definition's distribution", shape, i);
+    }
+  }
+  free(lg), free(p), free(r), free(keys), free(ord);
+}
+END_TEST
+
 /* the BF16 K/V cache option: set before the first token only; hidden
  * states near the float32 cache's (BF16 rounding of K and V) but not equal */
 START_TEST(test_kv_bf16) {
@@ -593,6 +660,7 @@ int main(void) {
   tcase_add_test(tc, test_synthetic);
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);
+  tcase_add_test(tc, test_sampler_threshold);
   tcase_set_timeout(tc, 900); /* (each decode test: minutes under ASan + UBSan) */
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
