@@ -169,13 +169,8 @@ static enum mtpq_status locate(struct hub_fetcher *h, struct hub_file *f, const 
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   struct xfer *x = ud;
   const size_t len = sz * n;
-  if (len > 14 && strncasecmp(p, "content-range:", 14) == 0) {
-    size_t m = len - 14;
-    const char *v = p + 14;
-    while (m && (*v == ' ' || *v == '\t')) v++, m--;
-    while (m && (v[m - 1] == '\r' || v[m - 1] == '\n' || v[m - 1] == ' ')) m--;
-    snprintf(x->content_range, sizeof x->content_range, "%.*s", (int)m, v);
-  }
+  if (len > 14 && strncasecmp(p, "content-range:", 14) == 0)
+    hub_header_value(p, len, 14, x->content_range, sizeof x->content_range);
   return len;
 }
 

@@ -74,8 +74,8 @@ int hub_same_origin(const char *a, const char *b) {
 struct sinkctx {
   CURL *c;
   FILE *sink;
-  uint64_t range_from;
-  int bounded, refused, decided, to_file;
+  uint64_t range_from; /* an open-ended resume from here (HUB_NO_RANGE: none) */
+  int decided, to_file;
   struct hub_resp *r;
   uint64_t written; /* to the sink by this request */
 };
@@ -91,10 +91,6 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
     long code = 0;
     curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
     x->decided = 1;
-    if (x->bounded && code == 200) { /* the whole file instead of a range: stop now */
-      x->refused = 1;
-      return 0;
-    }
     x->to_file = x->sink && (code == 200 || code == 206);
     if (x->to_file && code == 200 && x->range_from != HUB_NO_RANGE && x->range_from > 0) {
       /* the server ignored the Range: start the file over */
@@ -118,7 +114,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
   return len;
 }
 
-static void hval(const char *line, size_t n, size_t skip, char *out, size_t cap) {
+void hub_header_value(const char *line, size_t n, size_t skip, char *out, size_t cap) {
   const char *v = line + skip;
   size_t m = n - skip;
   while (m && (*v == ' ' || *v == '\t')) v++, m--;
@@ -138,28 +134,31 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
     return len;
   }
 #define H(name) (len > sizeof(name) - 1 && strncasecmp(p, name, sizeof(name) - 1) == 0)
-  if (H("x-repo-commit:")) hval(p, len, 14, r->commit, sizeof r->commit);
+  if (H("x-repo-commit:"))
+    hub_header_value(p, len, 14, r->commit, sizeof r->commit);
   else if (H("x-linked-etag:") || (H("etag:") && !r->etag[0])) {
-    if (H("etag:")) hval(p, len, 5, r->raw_etag, sizeof r->raw_etag);
-    hval(p, len, H("etag:") ? 5 : 14, tmp, sizeof tmp);
+    if (H("etag:")) hub_header_value(p, len, 5, r->raw_etag, sizeof r->raw_etag);
+    hub_header_value(p, len, H("etag:") ? 5 : 14, tmp, sizeof tmp);
     char *t = tmp;
     if (strncmp(t, "W/", 2) == 0) t += 2;
     size_t m = strlen(t);
     if (m >= 2 && t[0] == '"' && t[m - 1] == '"') t[m - 1] = 0, t++;
     snprintf(r->etag, sizeof r->etag, "%s", t);
-  } else if (H("x-error-code:")) hval(p, len, 13, r->err_code, sizeof r->err_code);
-  else if (H("x-error-message:")) hval(p, len, 16, r->err_msg, sizeof r->err_msg);
+  } else if (H("x-error-code:"))
+    hub_header_value(p, len, 13, r->err_code, sizeof r->err_code);
+  else if (H("x-error-message:"))
+    hub_header_value(p, len, 16, r->err_msg, sizeof r->err_msg);
   else if (H("retry-after:")) {
-    hval(p, len, 12, tmp, sizeof tmp);
+    hub_header_value(p, len, 12, tmp, sizeof tmp);
     char *end;
     double v = strtod(tmp, &end);
     if (end != tmp && r->retry_after < 0) r->retry_after = v;
   } else if (H("ratelimit:")) {
-    hval(p, len, 10, tmp, sizeof tmp);
+    hub_header_value(p, len, 10, tmp, sizeof tmp);
     const char *rr = strstr(tmp, ";r="), *t = strstr(tmp, ";t=");
     if (rr && t && atoi(rr + 3) == 0) r->retry_after = atof(t + 3);
   } else if (H("link:")) {
-    hval(p, len, 5, tmp, sizeof tmp);
+    hub_header_value(p, len, 5, tmp, sizeof tmp);
     /* <url>; rel="next" (possibly among several links) */
     for (char *s = tmp; (s = strchr(s, '<'));) {
       char *e = strchr(s, '>');
@@ -196,20 +195,11 @@ static size_t on_read(char *buf, size_t sz, size_t n, void *ud) {
   return want;
 }
 
-static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
-                                     uint64_t range_from, uint64_t range_to, struct body *body, int stop_cross,
-                                     struct hub_resp *r, struct mtpq_err *err);
-
-static enum mtpq_status request(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
-                                uint64_t range_from, uint64_t range_to, struct hub_resp *r, struct mtpq_err *err) {
-  return request_body(env, method, url0, sink, range_from, range_to, NULL, 0, r, err);
-}
-
-/* stop_cross: a redirect to another origin is not followed; r->url is then
+/* range_from: the bytes from there on (a resume; HUB_NO_RANGE: all); stop_cross: a redirect to another origin is not followed; r->url is then
  * its target and r->status the 3xx (hub_locate). */
 static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
-                                     uint64_t range_from, uint64_t range_to, struct body *body, int stop_cross,
-                                     struct hub_resp *r, struct mtpq_err *err) {
+                                     uint64_t range_from, struct body *body, int stop_cross, struct hub_resp *r,
+                                     struct mtpq_err *err) {
   memset(r, 0, sizeof *r);
   r->retry_after = -1;
   if (env->offline) return mtpq_err_set(err, MTPQ_E_NET, "HF_HUB_OFFLINE is set: no request to %s", url0);
@@ -229,14 +219,10 @@ static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char 
     hdr = curl_slist_append(hdr, "user-agent: mtpq/0.1 (+libcurl)");
     char range[64];
     if (range_from != HUB_NO_RANGE) {
-      if (range_to == HUB_NO_RANGE) snprintf(range, sizeof range, "range: bytes=%llu-", (unsigned long long)range_from);
-      else snprintf(range, sizeof range, "range: bytes=%llu-%llu", (unsigned long long)range_from,
-                    (unsigned long long)range_to);
+      snprintf(range, sizeof range, "range: bytes=%llu-", (unsigned long long)range_from);
       hdr = curl_slist_append(hdr, range);
     }
-    /* only an open-ended resume may restart the file on a 200 */
-    struct sinkctx x = {c, sink, range_to == HUB_NO_RANGE ? range_from : HUB_NO_RANGE,
-                        range_from != HUB_NO_RANGE && range_to != HUB_NO_RANGE, 0, 0, 0, r, 0};
+    struct sinkctx x = {c, sink, range_from, 0, 0, r, 0};
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
@@ -268,10 +254,6 @@ static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char 
     CURLcode cc = curl_easy_perform(c);
     curl_slist_free_all(hdr);
     snprintf(r->url, sizeof r->url, "%s", url);
-    if (cc == CURLE_WRITE_ERROR && x.refused) {
-      r->status = 200;
-      break;
-    }
     if (cc != CURLE_OK) {
       st = mtpq_err_set(err, MTPQ_E_NET, "%s %s: %s", method, url, curl_easy_strerror(cc));
       break;
@@ -303,7 +285,20 @@ static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char 
 
 enum mtpq_status hub_request(const struct mtpq_hub_env *env, const char *method, const char *url, FILE *sink,
                              uint64_t range_from, struct hub_resp *r, struct mtpq_err *err) {
-  return request(env, method, url, sink, range_from, HUB_NO_RANGE, r, err);
+  return request_body(env, method, url, sink, range_from, NULL, 0, r, err);
+}
+
+/* after a failed attempt (st, or r's status): r freed, then the wait before attempt + 1, its reason noted */
+static void retry_wait(const struct mtpq_hub_env *env, int attempt, enum mtpq_status st, struct hub_resp *r,
+                       const char *method, const char *url, const struct mtpq_err *err) {
+  const double ra = r->retry_after;
+  char why[600];
+  if (st)
+    snprintf(why, sizeof why, "%s", err->msg);
+  else
+    snprintf(why, sizeof why, "%s %s: HTTP %ld", method, url, r->status);
+  hub_resp_free(r);
+  hub_backoff(env, attempt, ra, why);
 }
 
 enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, const char *url, const char *ctype,
@@ -311,22 +306,14 @@ enum mtpq_status hub_send(const struct mtpq_hub_env *env, const char *method, co
                           struct mtpq_err *err) {
   struct body b = {ctype, mem, f, off, len, 0};
   for (int attempt = 0;; attempt++) {
-    enum mtpq_status st =
-        request_body(env, method, url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, mem || f ? &b : NULL, 0, r, err);
+    enum mtpq_status st = request_body(env, method, url, NULL, HUB_NO_RANGE, mem || f ? &b : NULL, 0, r, err);
     int again = retry && ((st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(r->status)));
     if (!again || attempt == 5) {
       if (!st && r->status >= 400) st = hub_status_error(r, url, err);
       if (st) hub_resp_free(r);
       return st;
     }
-    double ra = r->retry_after;
-    char why[600];
-    if (st)
-      snprintf(why, sizeof why, "%s", err->msg);
-    else
-      snprintf(why, sizeof why, "%s %s: HTTP %ld", method, url, r->status);
-    hub_resp_free(r);
-    hub_backoff(env, attempt, ra, why);
+    retry_wait(env, attempt, st, r, method, url, err);
   }
 }
 
@@ -347,23 +334,18 @@ enum mtpq_status hub_locate(const struct mtpq_hub_env *env, const char *url, cha
                             struct mtpq_err *err) {
   for (int attempt = 0;; attempt++) {
     struct hub_resp r;
-    enum mtpq_status st = request_body(env, "HEAD", url, NULL, HUB_NO_RANGE, HUB_NO_RANGE, NULL, 1, &r, err);
+    enum mtpq_status st = request_body(env, "HEAD", url, NULL, HUB_NO_RANGE, NULL, 1, &r, err);
     const long status = r.status;
-    if (!st && status >= 300 && status < 400)
-      snprintf(out, cap, "%s", r.url); /* the store's (signed) URL */
-    else if (!st && status == 200)
-      snprintf(out, cap, "%s", r.url); /* a git file: the Hub serves it */
     const int again = (st == MTPQ_E_NET && !env->offline) || (!st && hub_retryable(status));
-    if (!st && !again && !(status >= 200 && status < 400)) st = hub_status_error(&r, url, err);
-    double ra = r.retry_after;
-    hub_resp_free(&r);
-    if (!again || attempt == 5)
-      return st ? st : again ? mtpq_err_set(err, MTPQ_E_SERVER, "HEAD %s: HTTP %ld", url, status) : MTPQ_OK;
-    char why[600];
-    if (st)
-      snprintf(why, sizeof why, "%s", err->msg);
-    else
-      snprintf(why, sizeof why, "HEAD %s: HTTP %ld", url, status);
-    hub_backoff(env, attempt, ra, why);
+    if (!again || attempt == 5) {
+      if (!st && (status == 200 || (status >= 300 && status < 400)))
+        snprintf(out, cap, "%s", r.url); /* the store's (signed) URL, or the Hub's own for a git file */
+      else if (!st)
+        st =
+            again ? mtpq_err_set(err, MTPQ_E_SERVER, "HEAD %s: HTTP %ld", url, status) : hub_status_error(&r, url, err);
+      hub_resp_free(&r);
+      return st;
+    }
+    retry_wait(env, attempt, st, &r, "HEAD", url, err);
   }
 }

@@ -65,5 +65,7 @@ int hub_same_origin(const char *a, const char *b); /* scheme, host and port equa
 enum mtpq_status hub_locate(const struct mtpq_hub_env *env, const char *url, char *out, size_t cap,
                             struct mtpq_err *err);
 void hub_sleep(double s);
+/* a header line's value (line[0, n), its name skip bytes long) into out, blanks and the line end trimmed, cut to cap - 1 */
+void hub_header_value(const char *line, size_t n, size_t skip, char *out, size_t cap);
 enum mtpq_status hub_status_error(const struct hub_resp *r, const char *what, struct mtpq_err *err);
 #endif
