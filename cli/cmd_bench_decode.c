@@ -113,6 +113,7 @@ static enum mtpq_status read_pattern(const char *file, int k, struct run *runs, 
 
 static void add_times(struct mtpq_decode_times *a, const struct mtpq_decode_times *b) {
   a->prefill_s += b->prefill_s, a->gen_s += b->gen_s, a->target_s += b->target_s, a->draft_s += b->draft_s;
+  a->accept_s += b->accept_s;
 }
 
 static cJSON *stats_json(const struct mtpq_accept_stats *s, const struct mtpq_accept_ci *ci) {
@@ -330,6 +331,7 @@ int cmd_bench_decode(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "generate_s", runs[r].tm.gen_s);
       cJSON_AddNumberToObject(o, "target_s", runs[r].tm.target_s);
       cJSON_AddNumberToObject(o, "draft_s", runs[r].tm.draft_s);
+      cJSON_AddNumberToObject(o, "accept_s", runs[r].tm.accept_s);
       if (!sampled && !pattern) cJSON_AddBoolToObject(o, "output_equals_no_speculation", runs[r].lossless);
       if (r > 0) {
         cJSON_AddItemToObject(o, "all", stats_json(&runs[r].all, &runs[r].ci));
@@ -359,8 +361,8 @@ int cmd_bench_decode(int argc, char **argv) {
       printf("throughput run: each round accepts what the same round of %s accepted (not the drafts' agreement: the "
              "MAL below is that run's), from position %lld; outputs not checked\n",
              pattern, (long long)ctx0);
-    printf("%-28s %9s %8s %8s %22s %8s %8s %8s %9s\n", "drafter", "tokens/s", "vs none", "vs stock",
-           "MAL [95% interval]", "target%", "draft%", "other%", "lossless");
+    printf("%-28s %9s %8s %8s %22s %8s %8s %8s %8s %9s\n", "drafter", "tokens/s", "vs none", "vs stock",
+           "MAL [95% interval]", "target%", "draft%", "accept%", "other%", "lossless");
     for (int r = 0; r < nr; r++) {
       const struct run *x = &runs[r];
       const double tps = (double)x->tokens / x->tm.gen_s, g = x->tm.gen_s;
@@ -370,8 +372,9 @@ int cmd_bench_decode(int argc, char **argv) {
       nm = nm && nm[1] ? nm + 1 : x->name;
       char vs[16] = "-";
       if (r > 1) snprintf(vs, sizeof vs, "%.3f", tps / tps1);
-      printf("%-28.28s %9.1f %8.3f %8s %22s %8.1f %8.1f %8.1f %9s\n", nm, tps, tps / tps0, vs, mal,
-             100 * x->tm.target_s / g, 100 * x->tm.draft_s / g, 100 * (g - x->tm.target_s - x->tm.draft_s) / g,
+      const double other = g - x->tm.target_s - x->tm.draft_s - x->tm.accept_s;
+      printf("%-28.28s %9.1f %8.3f %8s %22s %8.1f %8.1f %8.1f %8.1f %9s\n", nm, tps, tps / tps0, vs, mal,
+             100 * x->tm.target_s / g, 100 * x->tm.draft_s / g, 100 * x->tm.accept_s / g, 100 * other / g,
              r && !sampled && !pattern ? (x->lossless ? "yes" : "NO") : "-");
     }
     for (int r = 1; r < nr; r++) {
@@ -392,7 +395,8 @@ int cmd_bench_decode(int argc, char **argv) {
            "difference, the same prompts resampled for both (paired)\n",
            p.n, MTPQ_BOOTSTRAP_ITERS);
     printf("tokens/s: generated tokens / generation wall time (the prompt's prefill apart: %.2f s in all for no "
-           "speculation); target/draft/other: shares of the generation time%s\n",
+           "speculation); target/draft/accept/other: shares of the generation time (accept: the acceptance on the "
+           "host, and with sampling every distribution drawn from)%s\n",
            runs[0].tm.prefill_s,
            be == MTPQ_BACKEND_CPU ? "; the CPU backend is the float32 scalar reference: its speeds say nothing of "
                                     "a GPU's"

@@ -142,7 +142,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   const double start = mtpq__now();
   for (int b = 0; b < B && !rc; b++) rc = prefill(q[b].s, q[b].x, P[b], CHUNK, q[b].h, H, NULL, 0, err);
   const double gen0 = mtpq__now();
-  double ts = 0, ds = 0, t0;
+  double ts = 0, ds = 0, as = 0, t0;
   for (int live = B; !rc && live > 0;) {
     if (!drafter) { /* the target alone, a token a sequence a step (all live sequences together): x[c] in, x[c + 1] out */
       int n = 0;
@@ -153,8 +153,9 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
       }
       t0 = mtpq__now();
       rc = mtpq_target_verify_many(vs, n, 1, vt, vh, NULL, va, err);
+      ts += mtpq__now() - t0, t0 = mtpq__now();
       for (int i = 0; i < n && !rc; i++) rc = mtpq_target_accept(vs[i], 0, err);
-      ts += mtpq__now() - t0, live = 0;
+      as += mtpq__now() - t0, live = 0;
       for (int b = 0; b < B && !rc; b++) {
         struct gseq *g = &q[b];
         if (g->c >= g->N - 1) continue;
@@ -218,14 +219,14 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
         while (j < keff && d[b][j] == a[b][j]) j++;
       if (!rc && bench && bench->rounds && bench->nrounds < bench->cap) bench->rounds[bench->nrounds++] = (uint8_t)j;
       if (!rc) rc = mtpq_target_accept(g->s, j, err);
-      ts += mtpq__now() - t0;
       if (rc) break;
       commit_round(g->x, g->N, c, d[b], j, keff, a[b][j], &g->acc); /* a[b][j]: the target's token after the drafts */
       g->from = c, g->c += j + 1, live += g->c < g->N - 1;
+      as += mtpq__now() - t0;
     }
   }
   for (int b = 0; b < B && st; b++) st[b] = q[b].acc, st[b].draft_s = ds / B;
-  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds};
+  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds, as};
   mtpq_session_close(dr);
   for (int b = 0; b < B; b++) {
     mtpq_target_seq_close(q[b].s);
@@ -360,7 +361,7 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
     if (!rc) mtpq_sample_probs(g->lg, V, sp, pp, keys), g->x[P[b]] = mtpq_sample_draw(pp, V, &g->rng);
   }
   const double gen0 = mtpq__now();
-  double ts = 0, ds = 0, samp = 0, t0;
+  double ts = 0, ds = 0, as = 0, samp = 0, t0;
   for (int live = B; !rc && live > 0;) {
     /* the drafts of each live sequence (none without a drafter), then the target's distributions for all
      * live sequences with the same number of drafts in one verify (mtpq_target_verify_many) */
@@ -393,13 +394,13 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
       if (g->keff < 0) continue;
       t0 = mtpq__now();
       rc = accept_sampled(g, V, sp, pp, keys, err);
-      ts += mtpq__now() - t0;
+      as += mtpq__now() - t0;
       live += g->c < g->N - 1;
     }
   }
-  ds -= samp; /* (the drafts' draws are the loop's own time) */
+  ds -= samp, as += samp; /* (the drafts' distributions and draws are the acceptance's sampling) */
   for (int b = 0; b < B && st; b++) st[b] = q[b].acc, st[b].draft_s = ds / B;
-  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds};
+  if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds, as};
   mtpq_session_close(dr);
   for (int b = 0; b < B; b++) sseq_free(&q[b]);
   free(pp), free(lg), free(dh), free(keys);

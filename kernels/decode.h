@@ -23,10 +23,14 @@
 #include "kernels/target.h"
 
 /* Wall-clock seconds of one decode: the prompt's prefill, then the
- * generation (target: verify or decode steps and accepting; draft: the
- * drafter's catch-up and drafting; the rest is the loop's own work). */
+ * generation (target: its verify or decode forwards; draft: the drafter's
+ * catch-up and drafting; accept: the acceptance on the host: greedy, the
+ * drafts compared with the target's tokens; sampled, every distribution
+ * the loop samples from (the drafts' q, the target's p), the rejection
+ * step and the draws; the state slot kept; the rest is the loop's own
+ * work). */
 struct mtpq_decode_times {
-  double prefill_s, gen_s, target_s, draft_s;
+  double prefill_s, gen_s, target_s, draft_s, accept_s;
 };
 
 /* Benchmark hooks of the greedy loop (a NULL pointer: none).

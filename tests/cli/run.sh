@@ -278,7 +278,7 @@ run bd_batch9 2 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "
 printf 'import os\n' > "$SCRATCH/p2.txt"
 run bd_batchs 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --prompts "$SCRATCH/p2.txt" \
   -k 2 -n 4 --batch 2 --temperature 0.7 && has bd_batchs out 'sampled .*batch 2, 2 prompts' &&
-  has bd_batchs out '^stock .*[0-9]\.[0-9]{3} \['
+  has bd_batchs out '^stock .*[0-9]\.[0-9]{3} \[' && has bd_batchs out 'target% +draft% +accept% +other%'
 run bd_batch 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" --prompts "$SCRATCH/p2.txt" \
   -k 2 -n 6 --batch 2 && has bd_batch out 'batch 2, 2 prompts' && has bd_batch out 'stock .* yes$'
 # throughput runs: a greedy --json report is an acceptance pattern for a later run at the same k
