@@ -575,8 +575,36 @@ START_TEST(test_greedy_batch) {
   for (int b = 0; b < B; b++) ck_assert(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got));
   ck_assert_int_eq(mtpq_decode_greedy_batch(t, drs[0], MTPQ_BACKEND_CPU, 9, pp, P, NEW, 3, op, NULL, NULL, NULL, &err),
                    MTPQ_E_INVAL);
-  /* sampled (temperature 0.8, top-p 0.9): sequence b of a batch is, token for token and round for round,
-   * what it is decoded alone with stream 100 + b; with and without speculation */
+  mtpq_traces_close(tr);
+  mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
+  mtpq_target_close(t);
+  tu_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+/* sampled (temperature 0.8, top-p 0.9), batch of 4: sequence b is, token for
+ * token and round for round, what it is decoded alone with stream 100 + b;
+ * with and without speculation */
+START_TEST(test_sample_batch) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
+  char *dir = tu_scratch();
+  struct mtpq_rt_model *drs[2];
+  tiny_drafters(dir, 50000, 3, drs);
+  struct mtpq_traces *tr = NULL;
+  ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
+  enum { B = 4, NEW = 20, PMAX = 48 };
+  const int64_t P[B] = {40, 23, 48, 31};
+  int32_t prompt[B][PMAX], plain[B][PMAX + NEW], got[B][PMAX + NEW];
+  const int32_t *pp[B];
+  int32_t *op[B];
+  for (int b = 0; b < B; b++) {
+    const struct mtpq_trace *x = mtpq_traces_at(tr, (size_t)(b * 6));
+    memcpy(prompt[b], x->tokens + 192 - P[b], (size_t)P[b] * sizeof **prompt);
+    pp[b] = prompt[b], op[b] = got[b];
+  }
   const struct mtpq_sampling sp = {0.8, 0.9, 0, 4242};
   for (int k = 0; k <= 3; k += 3) {
     struct mtpq_rt_model *d = k ? drs[1] : NULL;
@@ -657,6 +685,7 @@ int main(void) {
   tcase_add_test(tc, test_greedy_lossless);
   tcase_add_test(tc, test_decode_bench_hooks);
   tcase_add_test(tc, test_greedy_batch);
+  tcase_add_test(tc, test_sample_batch);
   tcase_add_test(tc, test_synthetic);
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);
