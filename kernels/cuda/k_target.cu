@@ -80,7 +80,6 @@ __global__ void k_t_addnorm(const float *y, const float *y2, const float *s2, in
 struct tk_attn_args {
   tk_calls c;
   const float *qg, *kk, *vv, *qn, *kn;
-
   float *pm, *pl, *pacc, *att;
   int Nq, Nkv, D, rot, NS;
   int64_t QGS, KVS, ATS;
@@ -109,13 +108,14 @@ __global__ void k_t_kv(tk_attn_args A) {
   }
 }
 
-// grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head
-// kv, token t, over its sequence's cached positions [s C, (s + 1) C) (C =
-// ta_run of the sequence's length after the call) up to its own, so each cached row is read once for all of them: each
-// head's split maximum, sum of exponentials and unnormalised output. A lane
-// holds 8 consecutive elements of every head's query (D <= 256, D % 8 == 0:
-// the load checks) and reads the key row 16 bytes at a time; scores go to
-// shared memory; thread d sums column d of the values for the G heads.
+// grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head kv,
+// token t, over its sequence's cached positions [s C, (s + 1) C) (C = ta_run
+// of the sequence's length after the call) up to its own, so each cached row
+// is read once for all of them: each head's split maximum, sum of exponentials
+// and unnormalised output. A lane holds 8 consecutive elements of every head's
+// query (D <= 256, D % 8 == 0: the load checks) and reads the key row 16 bytes
+// at a time; scores go to shared memory; thread d sums column d of the values
+// for the G heads.
 template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A) {
   __shared__ float sc[G][TA_C];
   __shared__ float qs[G][256];
@@ -269,18 +269,18 @@ struct tk_chan {
 
 // grid (HV, ceil(dv / 32), sequences), block 32 ceil(dk / TK_RPT): Gated
 // DeltaNet's mixer for value head h, state columns 32 by
-// (target-architecture.md 2), of sequence blockIdx.z (its tokens
-// [z Tn, (z + 1) Tn) of the call, its own state), token by token: (1) the causal conv + SiLU of the channels the block reads
-// (q and k of its key head, v of its columns; every block of a key head
-// computes its q and k, and the block (first value head of the group,
-// column block 0) stores their states; v has one block), the state after
-// token i into conv slot (cur + 1 + i) % nbuf; (2) the delta rule: S = S
-// exp(g); u = S^T k; S += k (beta (v - u))^T; o = S^T q, q and k l2-normed
-// (q also by dk^-0.5), the state after token i into slot (cur + 1 + i) %
-// nbuf; (3) after the last token, the gated RMSNorm (plain w) x silu(z)
-// over the head's dv outputs: each column block leaves its sums of squares
-// in gss; the last of the head's blocks to finish (cnt) normalises every
-// token's whole head and resets cnt.
+// (target-architecture.md 2), of sequence blockIdx.z (its tokens [z Tn, (z +
+// 1) Tn) of the call, its own state), token by token: (1) the causal conv +
+// SiLU of the channels the block reads (q and k of its key head, v of its
+// columns; every block of a key head computes its q and k, and the block
+// (first value head of the group, column block 0) stores their states; v has
+// one block), the state after token i into conv slot (cur + 1 + i) % nbuf; (2)
+// the delta rule: S = S exp(g); u = S^T k; S += k (beta (v - u))^T; o = S^T q,
+// q and k l2-normed (q also by dk^-0.5), the state after token i into slot
+// (cur + 1 + i) % nbuf; (3) after the last token, the gated RMSNorm (plain w)
+// x silu(z) over the head's dv outputs: each column block leaves its sums of
+// squares in gss; the last of the head's blocks to finish (cnt) normalises
+// every token's whole head and resets cnt.
 __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   __shared__ float qs[256], ks[256], vs[32], red[16][32], red2[16][32], scal[4];
   __shared__ bool last;
