@@ -1,6 +1,7 @@
 /* The live greedy draft/verify loop; see kernels/decode.h. */
 #include "kernels/decode.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,6 +250,8 @@ struct sseq {
   int32_t *x;     /* the caller's output: prompt, then the tokens */
   float *h, *out; /* the target's hidden states (BF16-rounded), the drafter's catch-up outputs */
   float *lg, *qq; /* the target's logits (a row a token), the drafter's distributions q (a row a draft) */
+  float *pp;      /* the acceptance's scratch: a distribution p, its sort keys */
+  uint64_t *keys;
   int32_t *tok, d[MTPQ_MAX_K + 1], v[MTPQ_MAX_K + 1];
   int64_t *pos, N, c, from;
   int keff;     /* this round's drafts (0: finished) */
@@ -258,7 +261,7 @@ struct sseq {
 
 static void sseq_free(struct sseq *g) {
   mtpq_target_seq_close(g->s);
-  free(g->h), free(g->out), free(g->lg), free(g->qq), free(g->tok), free(g->pos);
+  free(g->h), free(g->out), free(g->lg), free(g->qq), free(g->tok), free(g->pos), free(g->pp), free(g->keys);
 }
 
 /* the drafter's keff drafts for g (selected in dr), each drawn from its own distribution q (the same
@@ -285,6 +288,24 @@ static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct sseq *g, i
     *samp += mtpq__now() - s0;
   }
   return rc;
+}
+
+/* One sequence's acceptance in a round, on a thread of its own (each has its own scratch and stream). */
+struct accept_job {
+  struct sseq *g;
+  int64_t V;
+  const struct mtpq_sampling *sp;
+  enum mtpq_status rc;
+  struct mtpq_err err;
+};
+
+static enum mtpq_status accept_sampled(struct sseq *g, int64_t V, const struct mtpq_sampling *sp, float *pp,
+                                       uint64_t *keys, struct mtpq_err *err);
+
+static void *accept_worker(void *p) {
+  struct accept_job *j = p;
+  j->rc = accept_sampled(j->g, j->V, j->sp, j->g->pp, j->g->keys, &j->err);
+  return NULL;
 }
 
 /* the round's acceptance for g from the target's distributions at c + 1 .. c + keff + 1 (g->lg): accept
@@ -341,7 +362,8 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
     g->h = malloc((size_t)(g->N * H) * sizeof *g->h), g->out = malloc((size_t)(g->N * H) * sizeof *g->out);
     g->lg = malloc((size_t)(rows * V) * sizeof *g->lg), g->qq = malloc((size_t)(K1 * V) * sizeof *g->qq);
     g->tok = malloc((size_t)g->N * sizeof *g->tok), g->pos = malloc((size_t)g->N * sizeof *g->pos);
-    if (!g->h || !g->out || !g->lg || !g->qq || !g->tok || !g->pos)
+    g->pp = malloc((size_t)V * sizeof *g->pp), g->keys = malloc((size_t)V * sizeof *g->keys);
+    if (!g->h || !g->out || !g->lg || !g->qq || !g->tok || !g->pos || !g->pp || !g->keys)
       rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
     if (!rc) rc = mtpq_target_seq_open(t, be, g->N, (int)rows, &g->s, err);
   }
@@ -388,15 +410,24 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
       for (int i = 0; i < n && !rc; i++) bf16_rows(vh[i], (ke + 1) * H);
     }
     ts += mtpq__now() - t0;
+    /* each live sequence's acceptance, the sequences at once (a thread each but the first; inline where a
+     * thread cannot start): their distributions over the vocabulary are most of a sampled round's host time */
+    t0 = mtpq__now();
+    struct accept_job jobs[MTPQ_MAX_SEQS];
+    pthread_t tid[MTPQ_MAX_SEQS];
+    int started[MTPQ_MAX_SEQS] = {0}, nj = 0;
+    for (int b = 0; b < B && !rc; b++)
+      if (q[b].keff >= 0) jobs[nj++] = (struct accept_job){&q[b], V, sp, MTPQ_OK, {0}};
+    for (int i = 1; i < nj; i++)
+      if (!(started[i] = pthread_create(&tid[i], NULL, accept_worker, &jobs[i]) == 0)) accept_worker(&jobs[i]);
+    if (nj) accept_worker(&jobs[0]);
     live = 0;
-    for (int b = 0; b < B && !rc; b++) {
-      struct sseq *g = &q[b];
-      if (g->keff < 0) continue;
-      t0 = mtpq__now();
-      rc = accept_sampled(g, V, sp, pp, keys, err);
-      as += mtpq__now() - t0;
-      live += g->c < g->N - 1;
+    for (int i = 0; i < nj; i++) {
+      if (started[i]) pthread_join(tid[i], NULL);
+      if (!rc && jobs[i].rc) rc = jobs[i].rc, *err = jobs[i].err;
+      live += jobs[i].g->c < jobs[i].g->N - 1;
     }
+    as += mtpq__now() - t0;
   }
   ds -= samp, as += samp; /* (the drafts' distributions and draws are the acceptance's sampling) */
   for (int b = 0; b < B && st; b++) st[b] = q[b].acc, st[b].draft_s = ds / B;
