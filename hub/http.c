@@ -195,7 +195,8 @@ static size_t on_read(char *buf, size_t sz, size_t n, void *ud) {
   return want;
 }
 
-/* range_from: the bytes from there on (a resume; HUB_NO_RANGE: all); stop_cross: a redirect to another origin is not followed; r->url is then
+/* range_from: the bytes from there on (a resume; HUB_NO_RANGE: all);
+ * stop_cross: a redirect to another origin is not followed; r->url is then
  * its target and r->status the 3xx (hub_locate). */
 static enum mtpq_status request_body(const struct mtpq_hub_env *env, const char *method, const char *url0, FILE *sink,
                                      uint64_t range_from, struct body *body, int stop_cross, struct hub_resp *r,

@@ -47,17 +47,7 @@ static void commit_round(int32_t *x, int64_t N, int64_t c, const int32_t *d, int
   for (int i = 0; i <= j && i < keff; i++) acc->reached[i]++;
 }
 
-/* The drafter catches up on the slots (h[t], x[t + 1]) at t = from .. c - 1
- * the target produced since its last round (one step call; the sequence's
- * token t sits at position c0 + t); its outputs go to out[0 .. c - from). */
-static enum mtpq_status catch_up(struct mtpq_session *dr, const int32_t *x, const float *h, int64_t from, int64_t c,
-                                 int64_t c0, int64_t H, int32_t *tok, int64_t *pos, float *out, struct mtpq_err *err) {
-  const int64_t m = c - from;
-  for (int64_t i = 0; i < m; i++) tok[i] = x[from + i + 1], pos[i] = c0 + from + i;
-  return mtpq_session_step(dr, (int)m, tok, h + from * H, 0, pos, out, err);
-}
-
-/* One sequence of a batched greedy decode. */
+/* One sequence of a batched decode (greedy; a sampled one, struct sseq, adds its own to it). */
 struct gseq {
   struct mtpq_target_seq *s;
   int32_t *x;         /* the caller's output: prompt, then the tokens */
@@ -67,6 +57,34 @@ struct gseq {
   int64_t N, c, from; /* length when done, tokens committed, the drafter's next slot */
   struct mtpq_accept_stats acc;
 };
+
+/* The drafter catches up on g's slots (h[t], x[t + 1]) at t = from .. c - 1
+ * the target produced since its last round (one step call; the sequence's
+ * token t sits at position c0 + t); its outputs go to out[0 .. c - from). */
+static enum mtpq_status catch_up(struct mtpq_session *dr, struct gseq *g, int64_t c0, int64_t H, struct mtpq_err *err) {
+  const int64_t m = g->c - g->from;
+  for (int64_t i = 0; i < m; i++) g->tok[i] = g->x[g->from + i + 1], g->pos[i] = c0 + g->from + i;
+  return mtpq_session_step(dr, (int)m, g->tok, g->h + g->from * H, 0, g->pos, g->out, err);
+}
+
+/* g for a prompt of P tokens and n_new more (the prompt copied to the caller's out; hidden states and
+ * catch-up room for all of them) and its target sequence (max_pos positions, verifying up to nv) */
+static enum mtpq_status gseq_open(struct gseq *g, struct mtpq_target *t, enum mtpq_backend be, const int32_t *prompt,
+                                  int64_t P, int64_t n_new, int k, int32_t *out, int64_t max_pos, int nv,
+                                  struct mtpq_err *err) {
+  const int64_t H = mtpq_target_hidden(t);
+  g->N = P + n_new, g->c = P, g->x = out, g->acc.k = k;
+  memcpy(g->x, prompt, (size_t)P * sizeof *g->x);
+  g->h = malloc((size_t)(g->N * H) * sizeof *g->h), g->out = malloc((size_t)(g->N * H) * sizeof *g->out);
+  g->tok = malloc((size_t)g->N * sizeof *g->tok), g->pos = malloc((size_t)g->N * sizeof *g->pos);
+  if (!g->h || !g->out || !g->tok || !g->pos) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  return mtpq_target_seq_open(t, be, max_pos, nv, &g->s, err);
+}
+
+static void gseq_free(struct gseq *g) {
+  mtpq_target_seq_close(g->s);
+  free(g->h), free(g->out), free(g->tok), free(g->pos);
+}
 
 /* The drafter fits the target and the backend: k in 1..7 on CUDA (a verify
  * of k + 1 <= 8 tokens), 1..MTPQ_MAX_K on the CPU; the target's hidden size
@@ -118,13 +136,9 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   int64_t most = 0;
   for (int b = 0; b < B && !rc; b++) {
     struct gseq *g = &q[b];
-    g->N = P[b] + n_new, g->c = P[b], g->x = outs[b], g->acc.k = k;
+    rc = gseq_open(g, t, be, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new,
+                   drafter && k + 1 > CHUNK ? k + 1 : CHUNK, err);
     most = g->N > most ? g->N : most;
-    memcpy(g->x, prompts[b], (size_t)P[b] * sizeof *g->x);
-    g->h = malloc((size_t)(g->N * H) * sizeof *g->h), g->out = malloc((size_t)(g->N * H) * sizeof *g->out);
-    g->tok = malloc((size_t)g->N * sizeof *g->tok), g->pos = malloc((size_t)g->N * sizeof *g->pos);
-    if (!g->h || !g->out || !g->tok || !g->pos) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-    if (!rc) rc = mtpq_target_seq_open(t, be, c0 + g->N, drafter && k + 1 > CHUNK ? k + 1 : CHUNK, &g->s, err);
     if (!rc && c0) rc = mtpq_target_seq_jump(g->s, c0, err);
   }
   /* the drafter: one session, a KV cache per sequence; every round drafts for all B at once (a finished
@@ -176,7 +190,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
       }
       const int64_t m = g->c - g->from;
       rc = mtpq_session_select(dr, b, err);
-      if (!rc) rc = catch_up(dr, g->x, g->h, g->from, g->c, c0, H, g->tok, g->pos, g->out, err);
+      if (!rc) rc = catch_up(dr, g, c0, H, err);
       if (!rc) {
         memcpy(dh + b * H, g->out + (m - 1) * H, (size_t)H * sizeof *dh);
         mtpq_session_head(dr, dh + b * H, &d0[b], NULL);
@@ -229,10 +243,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   for (int b = 0; b < B && st; b++) st[b] = q[b].acc, st[b].draft_s = ds / B;
   if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds, as};
   mtpq_session_close(dr);
-  for (int b = 0; b < B; b++) {
-    mtpq_target_seq_close(q[b].s);
-    free(q[b].h), free(q[b].out), free(q[b].tok), free(q[b].pos);
-  }
+  for (int b = 0; b < B; b++) gseq_free(&q[b]);
   free(dh), free(dd);
   return rc;
 }
@@ -246,48 +257,73 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
 
 /* One sequence of a batched sampled decode. */
 struct sseq {
-  struct mtpq_target_seq *s;
-  int32_t *x;     /* the caller's output: prompt, then the tokens */
-  float *h, *out; /* the target's hidden states (BF16-rounded), the drafter's catch-up outputs */
-  float *lg, *qq; /* the target's logits (a row a token), the drafter's distributions q (a row a draft) */
-  float *pp;      /* the acceptance's scratch: a distribution p, its sort keys */
+  struct gseq seq; /* what a greedy sequence has */
+  float *lg, *qq;  /* the target's logits (a row a token), the drafter's distributions q (a row a draft) */
+  float *pp;       /* the sequence's sampling scratch: a distribution, its sort keys */
   uint64_t *keys;
-  int32_t *tok, d[MTPQ_MAX_K + 1], v[MTPQ_MAX_K + 1];
-  int64_t *pos, N, c, from;
-  int keff;     /* this round's drafts (0: finished) */
+  int32_t d[MTPQ_MAX_K + 1], v[MTPQ_MAX_K + 1];
+  int keff;     /* this round's drafts (0: no speculation; -1: finished) */
   uint64_t rng; /* (sp->seed, stream + b): the stream the sequence alone would draw from */
-  struct mtpq_accept_stats acc;
 };
 
 static void sseq_free(struct sseq *g) {
-  mtpq_target_seq_close(g->s);
-  free(g->h), free(g->out), free(g->lg), free(g->qq), free(g->tok), free(g->pos), free(g->pp), free(g->keys);
+  gseq_free(&g->seq);
+  free(g->lg), free(g->qq), free(g->pp), free(g->keys);
 }
 
 /* the drafter's keff drafts for g (selected in dr), each drawn from its own distribution q (the same
  * temperature, top-k and top-p) into g->qq and fed back; dh: 2 H floats of room, lg V; *samp: the
  * seconds the draws took (the loop's own time, not the drafter's) */
 static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct sseq *g, int64_t H, int64_t V,
-                                      const struct mtpq_sampling *sp, float *dh, float *lg, uint64_t *keys,
-                                      double *samp, struct mtpq_err *err) {
-  const int64_t m = g->c - g->from;
-  enum mtpq_status rc = catch_up(dr, g->x, g->h, g->from, g->c, 0, H, g->tok, g->pos, g->out, err);
-  if (!rc) memcpy(dh, g->out + (m - 1) * H, (size_t)H * sizeof *dh);
+                                      const struct mtpq_sampling *sp, float *dh, float *lg, double *samp,
+                                      struct mtpq_err *err) {
+  const int64_t m = g->seq.c - g->seq.from;
+  enum mtpq_status rc = catch_up(dr, &g->seq, 0, H, err);
+  if (!rc) memcpy(dh, g->seq.out + (m - 1) * H, (size_t)H * sizeof *dh);
   for (int i = 0; !rc && i < g->keff; i++) {
     int32_t am;
     if (i > 0) { /* token d[i - 1] at position c + i - 1 with the drafter's previous output */
-      const int64_t pi = g->c + i - 1;
+      const int64_t pi = g->seq.c + i - 1;
       rc = mtpq_session_step(dr, 1, &g->d[i - 1], dh, 0, &pi, dh + H, err);
       if (rc) break;
       memcpy(dh, dh + H, (size_t)H * sizeof *dh);
     }
     mtpq_session_head(dr, dh, &am, lg);
     const double s0 = mtpq__now();
-    mtpq_sample_probs(lg, V, sp, g->qq + (size_t)i * V, keys);
+    mtpq_sample_probs(lg, V, sp, g->qq + (size_t)i * V, g->keys);
     g->d[i] = mtpq_sample_draw(g->qq + (size_t)i * V, V, &g->rng);
     *samp += mtpq__now() - s0;
   }
   return rc;
+}
+
+/* the round's acceptance for g from the target's distributions at c + 1 .. c + keff + 1 (g->lg): accept
+ * d[j] with probability min(1, p/q), else draw from max(0, p - q); a bonus token from the last
+ * distribution when all are accepted (keff = 0: the target's own draw); the state slot kept and the
+ * round committed; g's own scratch and stream (the sequences' acceptances may run at once) */
+static enum mtpq_status accept_sampled(struct sseq *g, int64_t V, const struct mtpq_sampling *sp,
+                                       struct mtpq_err *err) {
+  float *pp = g->pp;
+  uint64_t *keys = g->keys;
+  int j = 0;
+  int32_t next = -1;
+  for (; j < g->keff; j++) {
+    mtpq_sample_probs(g->lg + (size_t)j * V, V, sp, pp, keys);
+    if (!mtpq_sample_reject(pp, g->qq + (size_t)j * V, V, g->d[j], &g->rng, &next)) break;
+  }
+  if (j == g->keff) {
+    mtpq_sample_probs(g->lg + (size_t)g->keff * V, V, sp, pp, keys);
+    next = mtpq_sample_draw(pp, V, &g->rng);
+  }
+  enum mtpq_status rc = mtpq_target_accept(g->seq.s, j, err);
+  if (rc) return rc;
+  if (!g->keff) { /* no speculation: the target's token, no round to count */
+    g->seq.x[++g->seq.c] = next;
+    return MTPQ_OK;
+  }
+  commit_round(g->seq.x, g->seq.N, g->seq.c, g->d, j, g->keff, next, &g->seq.acc);
+  g->seq.from = g->seq.c, g->seq.c += j + 1;
+  return MTPQ_OK;
 }
 
 /* One sequence's acceptance in a round, on a thread of its own (each has its own scratch and stream). */
@@ -299,40 +335,10 @@ struct accept_job {
   struct mtpq_err err;
 };
 
-static enum mtpq_status accept_sampled(struct sseq *g, int64_t V, const struct mtpq_sampling *sp, float *pp,
-                                       uint64_t *keys, struct mtpq_err *err);
-
 static void *accept_worker(void *p) {
   struct accept_job *j = p;
-  j->rc = accept_sampled(j->g, j->V, j->sp, j->g->pp, j->g->keys, &j->err);
+  j->rc = accept_sampled(j->g, j->V, j->sp, &j->err);
   return NULL;
-}
-
-/* the round's acceptance for g from the target's distributions at c + 1 .. c + keff + 1 (g->lg): accept
- * d[j] with probability min(1, p/q), else draw from max(0, p - q); a bonus token from the last
- * distribution when all are accepted (keff = 0: the target's own draw); the state slot kept and the
- * round committed */
-static enum mtpq_status accept_sampled(struct sseq *g, int64_t V, const struct mtpq_sampling *sp, float *pp,
-                                       uint64_t *keys, struct mtpq_err *err) {
-  int j = 0;
-  int32_t next = -1;
-  for (; j < g->keff; j++) {
-    mtpq_sample_probs(g->lg + (size_t)j * V, V, sp, pp, keys);
-    if (!mtpq_sample_reject(pp, g->qq + (size_t)j * V, V, g->d[j], &g->rng, &next)) break;
-  }
-  if (j == g->keff) {
-    mtpq_sample_probs(g->lg + (size_t)g->keff * V, V, sp, pp, keys);
-    next = mtpq_sample_draw(pp, V, &g->rng);
-  }
-  enum mtpq_status rc = mtpq_target_accept(g->s, j, err);
-  if (rc) return rc;
-  if (!g->keff) { /* no speculation: the target's token, no round to count */
-    g->x[++g->c] = next;
-    return MTPQ_OK;
-  }
-  commit_round(g->x, g->N, g->c, g->d, j, g->keff, next, &g->acc);
-  g->from = g->c, g->c += j + 1;
-  return MTPQ_OK;
 }
 
 enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
@@ -355,22 +361,17 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   int64_t most = 0;
   for (int b = 0; b < B && !rc; b++) {
     struct sseq *g = &q[b];
-    g->N = P[b] + n_new, g->c = P[b], g->x = outs[b], g->acc.k = k;
-    most = g->N > most ? g->N : most;
     mtpq_rng_seed(&g->rng, sp->seed, stream + (uint64_t)b);
-    memcpy(g->x, prompts[b], (size_t)P[b] * sizeof *g->x);
-    g->h = malloc((size_t)(g->N * H) * sizeof *g->h), g->out = malloc((size_t)(g->N * H) * sizeof *g->out);
     g->lg = malloc((size_t)(rows * V) * sizeof *g->lg), g->qq = malloc((size_t)(K1 * V) * sizeof *g->qq);
-    g->tok = malloc((size_t)g->N * sizeof *g->tok), g->pos = malloc((size_t)g->N * sizeof *g->pos);
     g->pp = malloc((size_t)V * sizeof *g->pp), g->keys = malloc((size_t)V * sizeof *g->keys);
-    if (!g->h || !g->out || !g->lg || !g->qq || !g->tok || !g->pos || !g->pp || !g->keys)
-      rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
-    if (!rc) rc = mtpq_target_seq_open(t, be, g->N, (int)rows, &g->s, err);
+    rc = !g->lg || !g->qq || !g->pp || !g->keys
+             ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory")
+             : gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], P[b] + n_new, (int)rows, err);
+    most = g->seq.N > most ? g->seq.N : most;
   }
-  float *pp = malloc((size_t)V * sizeof *pp), *lg = malloc((size_t)V * sizeof *lg);
+  float *lg = malloc((size_t)V * sizeof *lg);       /* the drafter's head logits */
   float *dh = malloc((size_t)(2 * H) * sizeof *dh); /* the drafter's own chain: its last output, the next */
-  uint64_t *keys = malloc((size_t)V * sizeof *keys);
-  if (!rc && (!pp || !lg || !dh || !keys)) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  if (!rc && (!lg || !dh)) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   struct mtpq_session *dr = NULL;
   if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, most, 0, B, &dr, err);
   struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, logits */
@@ -379,8 +380,8 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   const double start = mtpq__now();
   for (int b = 0; b < B && !rc; b++) { /* the prompts; each one's first token from its last token's logits */
     struct sseq *g = &q[b];
-    rc = prefill(g->s, g->x, P[b], CHUNK, g->h, H, g->lg, V, err);
-    if (!rc) mtpq_sample_probs(g->lg, V, sp, pp, keys), g->x[P[b]] = mtpq_sample_draw(pp, V, &g->rng);
+    rc = prefill(g->seq.s, g->seq.x, P[b], CHUNK, g->seq.h, H, g->lg, V, err);
+    if (!rc) mtpq_sample_probs(g->lg, V, sp, g->pp, g->keys), g->seq.x[P[b]] = mtpq_sample_draw(g->pp, V, &g->rng);
   }
   const double gen0 = mtpq__now();
   double ts = 0, ds = 0, as = 0, samp = 0, t0;
@@ -389,11 +390,13 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
      * live sequences with the same number of drafts in one verify (mtpq_target_verify_many) */
     for (int b = 0; b < B && !rc; b++) {
       struct sseq *g = &q[b];
-      g->keff = g->c >= g->N - 1 ? -1 : !drafter ? 0 : (int)(g->N - 1 - g->c < k ? g->N - 1 - g->c : k);
+      g->keff = g->seq.c >= g->seq.N - 1 ? -1
+                : !drafter               ? 0
+                                         : (int)(g->seq.N - 1 - g->seq.c < k ? g->seq.N - 1 - g->seq.c : k);
       if (g->keff < 1) continue;
       t0 = mtpq__now();
       rc = mtpq_session_select(dr, b, err);
-      if (!rc) rc = draft_sampled(dr, g, H, V, sp, dh, lg, keys, &samp, err);
+      if (!rc) rc = draft_sampled(dr, g, H, V, sp, dh, lg, &samp, err);
       ds += mtpq__now() - t0;
     }
     t0 = mtpq__now();
@@ -402,9 +405,9 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
       for (int b = 0; b < B; b++) {
         struct sseq *g = &q[b];
         if (g->keff != ke) continue;
-        g->v[0] = g->x[g->c];
+        g->v[0] = g->seq.x[g->seq.c];
         memcpy(g->v + 1, g->d, (size_t)ke * sizeof *g->v);
-        vs[n] = g->s, vt[n] = g->v, vh[n] = g->h + g->c * H, vl[n] = g->lg, n++;
+        vs[n] = g->seq.s, vt[n] = g->v, vh[n] = g->seq.h + g->seq.c * H, vl[n] = g->lg, n++;
       }
       if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, vl, NULL, err);
       for (int i = 0; i < n && !rc; i++) bf16_rows(vh[i], (ke + 1) * H);
@@ -425,16 +428,16 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
     for (int i = 0; i < nj; i++) {
       if (started[i]) pthread_join(tid[i], NULL);
       if (!rc && jobs[i].rc) rc = jobs[i].rc, *err = jobs[i].err;
-      live += jobs[i].g->c < jobs[i].g->N - 1;
+      live += jobs[i].g->seq.c < jobs[i].g->seq.N - 1;
     }
     as += mtpq__now() - t0;
   }
   ds -= samp, as += samp; /* (the drafts' distributions and draws are the acceptance's sampling) */
-  for (int b = 0; b < B && st; b++) st[b] = q[b].acc, st[b].draft_s = ds / B;
+  for (int b = 0; b < B && st; b++) st[b] = q[b].seq.acc, st[b].draft_s = ds / B;
   if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds, as};
   mtpq_session_close(dr);
   for (int b = 0; b < B; b++) sseq_free(&q[b]);
-  free(pp), free(lg), free(dh), free(keys);
+  free(lg), free(dh);
   return rc;
 }
 

@@ -38,8 +38,8 @@ void mtpq_sample_probs(const float *logits, int64_t V, const struct mtpq_samplin
     sum += probs[v];
   }
   for (int64_t v = 0; v < V; v++) probs[v] = (float)(probs[v] / sum);
-  const int topk = s->top_k > 0 && s->top_k < V;
-  if (!topk && !(s->top_p > 0 && s->top_p < 1)) return;
+  const int topk = s->top_k > 0 && s->top_k<V, topp = s->top_p> 0 && s->top_p < 1;
+  if (!topk && !topp) return;
   /* Only the tokens at or above a threshold t are sorted: with t such that
    * they hold at least top_k tokens and at least top_p of the mass, the
    * top-k and top-p sets (ties included) lie among them, every other token
@@ -47,7 +47,6 @@ void mtpq_sample_probs(const float *logits, int64_t V, const struct mtpq_samplin
    * a sampled step's time). t is a power of two: one pass counts the tokens
    * and sums the mass by float exponent, and t is the largest exponent's
    * 2^e down to which both are reached. */
-  const int topp = s->top_p > 0 && s->top_p < 1;
   int64_t cnt_e[256] = {0};
   double mass_e[256] = {0};
   for (int64_t v = 0; v < V; v++) {

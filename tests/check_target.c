@@ -518,46 +518,76 @@ START_TEST(test_greedy_lossless) {
 }
 END_TEST
 
+/* The batch tests' fixture: the tiny target, its stock and mtpq drafters,
+ * four prompts of different lengths (two code, two prose) and room for
+ * their outputs. */
+enum { TB = 4, TB_NEW = 20, TB_PMAX = 48 };
+struct tiny_batch {
+  struct mtpq_target *t;
+  char *dir;
+  struct mtpq_rt_model *drs[2];
+  int64_t P[TB];
+  int32_t prompt[TB][TB_PMAX], plain[TB][TB_PMAX + TB_NEW], got[TB][TB_PMAX + TB_NEW];
+  const int32_t *pp[TB];
+  int32_t *op[TB];
+};
+
+static struct tiny_batch *tiny_batch_open(void) {
+  struct mtpq_err err = {0};
+  struct tiny_batch *f = calloc(1, sizeof *f);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(mtpq_target_open(models[2], &f->t, &err), MTPQ_OK);
+  f->dir = tu_scratch();
+  tiny_drafters(f->dir, 50000, 3, f->drs);
+  struct mtpq_traces *tr = NULL;
+  ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
+  const int64_t P[TB] = {40, 23, 48, 31};
+  for (int b = 0; b < TB; b++) {
+    const struct mtpq_trace *x = mtpq_traces_at(tr, (size_t)(b * 6));
+    f->P[b] = P[b];
+    memcpy(f->prompt[b], x->tokens + 192 - P[b], (size_t)P[b] * sizeof **f->prompt);
+    f->pp[b] = f->prompt[b], f->op[b] = f->got[b];
+  }
+  mtpq_traces_close(tr);
+  return f;
+}
+
+static void tiny_batch_close(struct tiny_batch *f) {
+  mtpq_rt_model_close(f->drs[0]), mtpq_rt_model_close(f->drs[1]);
+  mtpq_target_close(f->t);
+  tu_rmtree(f->dir);
+  free(f->dir), free(f);
+}
+
 /* Batch 4 with ragged acceptance (issue 49): four prompts of different
  * lengths decoded together give, sequence by sequence, the plain greedy
  * output, at k = 1..4 with the stock and the mtpq drafters; at k = 3 the
  * batch's acceptance is the sum of the four decoded alone. */
 START_TEST(test_greedy_batch) {
   struct mtpq_err err = {0};
-  struct mtpq_target *t = NULL;
-  ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
-  char *dir = tu_scratch();
-  struct mtpq_rt_model *drs[2];
-  tiny_drafters(dir, 50000, 3, drs);
-  struct mtpq_traces *tr = NULL;
-  ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
-  enum { B = 4, NEW = 20, PMAX = 48 };
-  const int64_t P[B] = {40, 23, 48, 31};
-  int32_t prompt[B][PMAX], plain[B][PMAX + NEW], got[B][PMAX + NEW];
-  const int32_t *pp[B];
-  int32_t *op[B];
+  struct tiny_batch *f = tiny_batch_open();
+  enum { B = TB, NEW = TB_NEW };
   struct mtpq_accept_stats alone = {0};
   alone.k = 3;
   for (int b = 0; b < B; b++) {
-    const struct mtpq_trace *x = mtpq_traces_at(tr, (size_t)(b * 6)); /* two code, two prose prompts */
-    memcpy(prompt[b], x->tokens + 192 - P[b], (size_t)P[b] * sizeof **prompt);
-    pp[b] = prompt[b], op[b] = got[b];
-    ck_assert(
-        !mtpq_decode_greedy(t, NULL, MTPQ_BACKEND_CPU, prompt[b], P[b], NEW, 0, plain[b], NULL, NULL, NULL, &err));
+    ck_assert(!mtpq_decode_greedy(f->t, NULL, MTPQ_BACKEND_CPU, f->prompt[b], f->P[b], NEW, 0, f->plain[b], NULL, NULL,
+                                  NULL, &err));
     struct mtpq_accept_stats s1;
-    ck_assert(!mtpq_decode_greedy(t, drs[0], MTPQ_BACKEND_CPU, prompt[b], P[b], NEW, 3, got[b], &s1, NULL, NULL, &err));
+    ck_assert(!mtpq_decode_greedy(f->t, f->drs[0], MTPQ_BACKEND_CPU, f->prompt[b], f->P[b], NEW, 3, f->got[b], &s1,
+                                  NULL, NULL, &err));
     mtpq_accept_add(&alone, &s1);
   }
   for (int k = 1; k <= 8; k++) {
     const int q8 = k > 4, kk = q8 ? k - 4 : k;
     struct mtpq_accept_stats sb[B], st = {0};
-    memset(got, 0xff, sizeof got);
-    ck_assert_msg(!mtpq_decode_greedy_batch(t, drs[q8], MTPQ_BACKEND_CPU, B, pp, P, NEW, kk, op, sb, NULL, NULL, &err),
+    memset(f->got, 0xff, sizeof f->got);
+    ck_assert_msg(!mtpq_decode_greedy_batch(f->t, f->drs[q8], MTPQ_BACKEND_CPU, B, f->pp, f->P, NEW, kk, f->op, sb,
+                                            NULL, NULL, &err),
                   "%s", err.msg);
     st.k = kk;
     for (int b = 0; b < B; b++) mtpq_accept_add(&st, &sb[b]);
     for (int b = 0; b < B; b++)
-      ck_assert_msg(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got),
+      ck_assert_msg(!memcmp(f->got[b], f->plain[b], (size_t)(f->P[b] + NEW) * sizeof **f->got),
                     "batch of 4, %s drafter, k = %d: sequence %d differs from its plain greedy output",
                     q8 ? "mtpq" : "stock", kk, b);
     if (!q8 && kk == 3) {
@@ -571,15 +601,13 @@ START_TEST(test_greedy_batch) {
            q8 ? "mtpq" : "stock", kk, (unsigned long long)st.drafts, mtpq_accept_mal(&st));
   }
   /* no speculation in a batch: the same outputs too; a batch of 9 is refused */
-  ck_assert(!mtpq_decode_greedy_batch(t, NULL, MTPQ_BACKEND_CPU, B, pp, P, NEW, 0, op, NULL, NULL, NULL, &err));
-  for (int b = 0; b < B; b++) ck_assert(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got));
-  ck_assert_int_eq(mtpq_decode_greedy_batch(t, drs[0], MTPQ_BACKEND_CPU, 9, pp, P, NEW, 3, op, NULL, NULL, NULL, &err),
+  ck_assert(
+      !mtpq_decode_greedy_batch(f->t, NULL, MTPQ_BACKEND_CPU, B, f->pp, f->P, NEW, 0, f->op, NULL, NULL, NULL, &err));
+  for (int b = 0; b < B; b++) ck_assert(!memcmp(f->got[b], f->plain[b], (size_t)(f->P[b] + NEW) * sizeof **f->got));
+  ck_assert_int_eq(mtpq_decode_greedy_batch(f->t, f->drs[0], MTPQ_BACKEND_CPU, 9, f->pp, f->P, NEW, 3, f->op, NULL,
+                                            NULL, NULL, &err),
                    MTPQ_E_INVAL);
-  mtpq_traces_close(tr);
-  mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
-  mtpq_target_close(t);
-  tu_rmtree(dir);
-  free(dir);
+  tiny_batch_close(f);
 }
 END_TEST
 
@@ -588,52 +616,33 @@ END_TEST
  * with and without speculation */
 START_TEST(test_sample_batch) {
   struct mtpq_err err = {0};
-  struct mtpq_target *t = NULL;
-  ck_assert_int_eq(mtpq_target_open(models[2], &t, &err), MTPQ_OK);
-  char *dir = tu_scratch();
-  struct mtpq_rt_model *drs[2];
-  tiny_drafters(dir, 50000, 3, drs);
-  struct mtpq_traces *tr = NULL;
-  ck_assert_int_eq(mtpq_traces_open(MTPQ_TESTDATA "/tiny-qwen3next/traces.safetensors", &tr, &err), MTPQ_OK);
-  enum { B = 4, NEW = 20, PMAX = 48 };
-  const int64_t P[B] = {40, 23, 48, 31};
-  int32_t prompt[B][PMAX], plain[B][PMAX + NEW], got[B][PMAX + NEW];
-  const int32_t *pp[B];
-  int32_t *op[B];
-  for (int b = 0; b < B; b++) {
-    const struct mtpq_trace *x = mtpq_traces_at(tr, (size_t)(b * 6));
-    memcpy(prompt[b], x->tokens + 192 - P[b], (size_t)P[b] * sizeof **prompt);
-    pp[b] = prompt[b], op[b] = got[b];
-  }
+  struct tiny_batch *f = tiny_batch_open();
+  enum { B = TB, NEW = TB_NEW };
   const struct mtpq_sampling sp = {0.8, 0.9, 0, 4242};
   for (int k = 0; k <= 3; k += 3) {
-    struct mtpq_rt_model *d = k ? drs[1] : NULL;
+    struct mtpq_rt_model *d = k ? f->drs[1] : NULL;
     struct mtpq_accept_stats sb[B];
     for (int b = 0; b < B; b++)
-      ck_assert_msg(!mtpq_decode_sample(t, d, MTPQ_BACKEND_CPU, prompt[b], P[b], NEW, k ? k : 1, &sp, 100 + (uint64_t)b,
-                                        plain[b], &sb[b], NULL, &err),
+      ck_assert_msg(!mtpq_decode_sample(f->t, d, MTPQ_BACKEND_CPU, f->prompt[b], f->P[b], NEW, k ? k : 1, &sp,
+                                        100 + (uint64_t)b, f->plain[b], &sb[b], NULL, &err),
                     "%s", err.msg);
-    memset(got, 0xff, sizeof got);
+    memset(f->got, 0xff, sizeof f->got);
     struct mtpq_accept_stats sm[B];
-    ck_assert_msg(
-        !mtpq_decode_sample_batch(t, d, MTPQ_BACKEND_CPU, B, pp, P, NEW, k ? k : 1, &sp, 100, op, sm, NULL, &err), "%s",
-        err.msg);
+    ck_assert_msg(!mtpq_decode_sample_batch(f->t, d, MTPQ_BACKEND_CPU, B, f->pp, f->P, NEW, k ? k : 1, &sp, 100, f->op,
+                                            sm, NULL, &err),
+                  "%s", err.msg);
     int differ = 0;
     for (int b = 0; b < B; b++) {
-      ck_assert_msg(!memcmp(got[b], plain[b], (size_t)(P[b] + NEW) * sizeof **got),
+      ck_assert_msg(!memcmp(f->got[b], f->plain[b], (size_t)(f->P[b] + NEW) * sizeof **f->got),
                     "sampled batch of 4, k = %d: sequence %d differs from its own sampled decode", k, b);
       ck_assert_uint_eq(sm[b].drafts, sb[b].drafts);
       for (int i = 0; i < k; i++) ck_assert_uint_eq(sm[b].accepted[i], sb[b].accepted[i]);
-      differ += b && memcmp(got[b] + P[b], got[0] + P[0], NEW * sizeof **got) != 0;
+      differ += b && memcmp(f->got[b] + f->P[b], f->got[0] + f->P[0], NEW * sizeof **f->got) != 0;
     }
     ck_assert_int_eq(differ, B - 1); /* (the prompts differ, and so do their streams) */
     printf("sampled batch of 4, k = %d: every sequence equal to its own decode alone\n", k);
   }
-  mtpq_traces_close(tr);
-  mtpq_rt_model_close(drs[0]), mtpq_rt_model_close(drs[1]);
-  mtpq_target_close(t);
-  tu_rmtree(dir);
-  free(dir);
+  tiny_batch_close(f);
 }
 END_TEST
 

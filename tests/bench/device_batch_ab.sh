@@ -19,9 +19,7 @@ mkdir -p "$O" "$W"
 dev_build "$O" || exit 1
 dev_base_build "$B" "$O" || exit 1
 echo "built both at ${SECONDS}s"
-timeout 240 ./build-gpu/tests/check_gpu_target > "$O/check_gpu_target.txt" 2>&1
-echo "check_gpu_target rc $? at ${SECONDS}s: $(grep -E '^[0-9]+%: Checks' "$O/check_gpu_target.txt")"
-grep -E "F:|E:|together" "$O/check_gpu_target.txt" | head -12
+dev_check_target ./build-gpu "$O" 240
 ./build-gpu/mtpq quantize -q $T/model --vocab "$V" --out "$W/q" --gpu --force --expert-input-scale 0.1667
 for k in 1 3; do
   timeout 100 ./build-gpu/mtpq bench-decode --backend cuda --target $T/model --drafter "$W/q" \

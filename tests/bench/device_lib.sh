@@ -19,6 +19,14 @@ dev_base_build() {
     { echo "base build failed"; tail -n 20 "$2/base-build.txt"; return 1; }
 }
 
+# BUILD OUTDIR SECONDS: check_gpu_target of BUILD (at most SECONDS; its log
+# in OUTDIR/check_gpu_target.txt), its summary and any failure on stdout
+dev_check_target() {
+  timeout "$3" "$1"/tests/check_gpu_target > "$2/check_gpu_target.txt" 2>&1
+  echo "check_gpu_target rc $? at ${SECONDS}s: $(grep -E '^[0-9]+%: Checks' "$2/check_gpu_target.txt")"
+  grep -E "F:|E:|together" "$2/check_gpu_target.txt" | head -12
+}
+
 # OUTDIR: the card, driver, clocks and CUDA into OUTDIR/card.txt (and stdout)
 dev_card() {
   { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader;

@@ -19,9 +19,7 @@ mkdir -p "$O"
 dev_build "$O" || exit 1
 dev_base_build "$B" "$O" || exit 1
 echo "built both at ${SECONDS}s"
-timeout 200 ./build-gpu/tests/check_gpu_target > "$O/check_gpu_target.txt" 2>&1
-echo "check_gpu_target rc $? at ${SECONDS}s: $(grep -E '^[0-9]+%: Checks' "$O/check_gpu_target.txt")"
-grep -E "F:|E:" "$O/check_gpu_target.txt" | head -5
+dev_check_target ./build-gpu "$O" 200
 args=(bench-target --synthetic qwen3-next-80b --context 4096 --prefill 4096 --iters 30)
 for r in 1 2; do
   for t in new base; do
