@@ -72,6 +72,11 @@ enum mtpq_status mtpq__tcuda_forward_many(void *const *s, int n, int Tn, const i
   (void)argmax;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
+enum mtpq_status mtpq__tcuda_prefill(void *s, int n, const int32_t *tokens, int64_t pos0, int cur, float *hidden,
+                                     struct mtpq_err *err) {
+  (void)s, (void)n, (void)tokens, (void)pos0, (void)cur, (void)hidden;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
 enum mtpq_status mtpq__tcuda_seq_gdn(void *s, int layer, int slot, float *conv, float *rec, struct mtpq_err *err) {
   (void)s, (void)layer, (void)slot, (void)conv, (void)rec;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");

@@ -15,23 +15,18 @@ static void bf16_rows(float *h, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = mtpq_bf16_to_f32(mtpq_f32_to_bf16(h[i]));
 }
 
-/* The prompt x[0, P) through the target in forwards of up to chunk
- * tokens (its state after each chunk's last token kept), the hidden states
- * into h rounded to BF16, and the head on the prompt's last token only:
- * its logits into lg[0, V) when lg (chunk x V floats of room), else its
- * argmax into x[P]. */
-static enum mtpq_status prefill(struct mtpq_target_seq *s, int32_t *x, int64_t P, int chunk, float *h, int64_t H,
-                                float *lg, int64_t V, struct mtpq_err *err) {
-  enum mtpq_status rc = MTPQ_OK;
-  for (int64_t p = 0; !rc && p < P; p += chunk) {
-    const int T = P - p < chunk ? (int)(P - p) : chunk, last = p + T == P;
-    int32_t a[MTPQ_TARGET_MAX_VERIFY];
-    rc = mtpq_target_verify_logits(s, T, x + p, h + p * H, last && lg ? lg : NULL, last && !lg ? a : NULL, err);
-    if (!rc) rc = mtpq_target_accept(s, T - 1, err);
-    if (!rc && last && !lg) x[P] = a[T - 1];
-    if (!rc && last && lg) memmove(lg, lg + (size_t)(T - 1) * (size_t)V, (size_t)V * sizeof *lg);
-    if (!rc) bf16_rows(h + p * H, T * H);
-  }
+/* The prompt x[0, P) through the target: all but its last token as a
+ * prefill (mtpq_target_prefill), the last one verified alone, with the
+ * head: its logits into lg[0, V) when lg, else its argmax into x[P]. The
+ * hidden states into h, rounded to BF16. */
+static enum mtpq_status prefill(struct mtpq_target_seq *s, int32_t *x, int64_t P, float *h, int64_t H, float *lg,
+                                struct mtpq_err *err) {
+  int32_t a = 0;
+  enum mtpq_status rc = mtpq_target_prefill(s, P - 1, x, h, err);
+  if (!rc) rc = mtpq_target_verify_logits(s, 1, x + P - 1, h + (P - 1) * H, lg, lg ? NULL : &a, err);
+  if (!rc) rc = mtpq_target_accept(s, 0, err);
+  if (!rc && !lg) x[P] = a;
+  if (!rc) bf16_rows(h, P * H);
   return rc;
 }
 
@@ -129,15 +124,13 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
                         (long long)c0, (long long)(bench ? bench->npattern : 0));
   rc = check_drafter(t, drafter, be, k, 0, err);
   if (rc) return rc;
-  enum { CHUNK = 8 }; /* prompt tokens a forward */
   const int64_t H = mtpq_target_hidden(t);
   struct gseq q[MTPQ_MAX_SEQS];
   memset(q, 0, sizeof q);
   int64_t most = 0;
   for (int b = 0; b < B && !rc; b++) {
     struct gseq *g = &q[b];
-    rc = gseq_open(g, t, be, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new,
-                   drafter && k + 1 > CHUNK ? k + 1 : CHUNK, err);
+    rc = gseq_open(g, t, be, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new, drafter ? k + 1 : 1, err);
     most = g->N > most ? g->N : most;
     if (!rc && c0) rc = mtpq_target_seq_jump(g->s, c0, err);
   }
@@ -155,7 +148,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, c0 + most + k + 1, 0, B, &dr, err);
   /* the prompts: their hidden states, and the target's first token (the argmax after the last) */
   const double start = mtpq__now();
-  for (int b = 0; b < B && !rc; b++) rc = prefill(q[b].s, q[b].x, P[b], CHUNK, q[b].h, H, NULL, 0, err);
+  for (int b = 0; b < B && !rc; b++) rc = prefill(q[b].s, q[b].x, P[b], q[b].h, H, NULL, err);
   const double gen0 = mtpq__now();
   double ts = 0, ds = 0, as = 0, t0;
   for (int live = B; !rc && live > 0;) {
@@ -353,20 +346,18 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
                         sp->top_p, sp->top_k);
   rc = check_drafter(t, drafter, be, k, 1, err);
   if (rc) return rc;
-  enum { CHUNK = 8 };
-  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), K1 = drafter ? k + 1 : 1;
-  const int64_t rows = K1 > CHUNK ? K1 : CHUNK; /* target logits rows: a verify, or a prefill chunk */
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t), K1 = drafter ? k + 1 : 1; /* a verify's rows */
   struct sseq q[MTPQ_MAX_SEQS];
   memset(q, 0, sizeof q);
   int64_t most = 0;
   for (int b = 0; b < B && !rc; b++) {
     struct sseq *g = &q[b];
     mtpq_rng_seed(&g->rng, sp->seed, stream + (uint64_t)b);
-    g->lg = malloc((size_t)(rows * V) * sizeof *g->lg), g->qq = malloc((size_t)(K1 * V) * sizeof *g->qq);
+    g->lg = malloc((size_t)(K1 * V) * sizeof *g->lg), g->qq = malloc((size_t)(K1 * V) * sizeof *g->qq);
     g->pp = malloc((size_t)V * sizeof *g->pp), g->keys = malloc((size_t)V * sizeof *g->keys);
     rc = !g->lg || !g->qq || !g->pp || !g->keys
              ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory")
-             : gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], P[b] + n_new, (int)rows, err);
+             : gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], P[b] + n_new, (int)K1, err);
     most = g->seq.N > most ? g->seq.N : most;
   }
   float *lg = malloc((size_t)V * sizeof *lg);       /* the drafter's head logits */
@@ -380,7 +371,7 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   const double start = mtpq__now();
   for (int b = 0; b < B && !rc; b++) { /* the prompts; each one's first token from its last token's logits */
     struct sseq *g = &q[b];
-    rc = prefill(g->seq.s, g->seq.x, P[b], CHUNK, g->seq.h, H, g->lg, V, err);
+    rc = prefill(g->seq.s, g->seq.x, P[b], g->seq.h, H, g->lg, err);
     if (!rc) mtpq_sample_probs(g->lg, V, sp, g->pp, g->keys), g->seq.x[P[b]] = mtpq_sample_draw(g->pp, V, &g->rng);
   }
   const double gen0 = mtpq__now();

@@ -257,7 +257,11 @@ enum mtpq_status mtpq_traces_record(struct mtpq_target *t, enum mtpq_backend be,
     st = mtpq_stw_metadata(w, nm, buf, err);
   }
   if (!st) st = mtpq_stw_metadata(w, "hidden", "target last_hidden_state (after the final norm), bf16", err);
-  if (!st) st = mtpq_stw_metadata(w, "made_by", "mtpq traces " MTPQ_VERSION ", CPU reference backend, greedy", err);
+  if (!st)
+    st = mtpq_stw_metadata(w, "made_by",
+                           be == MTPQ_BACKEND_CUDA ? "mtpq traces " MTPQ_VERSION ", CUDA backend, greedy"
+                                                   : "mtpq traces " MTPQ_VERSION ", CPU reference backend, greedy",
+                           err);
   if (!st) st = mtpq_stw_begin(w, err);
   float *h = malloc((size_t)H * 4);
   uint16_t *hb = malloc((size_t)H * 2);
@@ -272,7 +276,17 @@ enum mtpq_status mtpq_traces_record(struct mtpq_target *t, enum mtpq_backend be,
     if (!st) st = mtpq_target_seq_open(t, be, N, 1, &s, err);
     if (!st) memcpy(ids, x->ids, (size_t)x->n * sizeof *ids);
     snprintf(nm, sizeof nm, "%s.hidden", x->name);
-    for (int64_t pos = 0; !st && pos < N; pos++) {
+    /* the prompt but its last token as one prefill (no head), then a step a token from there */
+    const int64_t P1 = x->n - 1;
+    float *hp = !st && P1 > 0 ? malloc((size_t)(P1 * H) * 4) : NULL;
+    if (!st && P1 > 0 && !hp) st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+    if (!st && P1 > 0) st = mtpq_target_prefill(s, P1, ids, hp, err);
+    for (int64_t pos = 0; !st && pos < P1; pos++) {
+      for (int64_t j = 0; j < H; j++) hb[j] = mtpq_f32_to_bf16(hp[pos * H + j]);
+      st = mtpq_stw_write(w, nm, (uint64_t)(pos * H * 2), hb, (uint64_t)(H * 2), err);
+    }
+    free(hp);
+    for (int64_t pos = P1 > 0 ? P1 : 0; !st && pos < N; pos++) {
       int32_t next = 0;
       /* the head runs where its argmax is the next token: from the prompt's last position on */
       st = mtpq_target_step(s, ids[pos], h, NULL, pos + 1 >= x->n && pos + 1 < N ? &next : NULL, err);

@@ -528,6 +528,30 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
   return forward_one(s, token, s->cur, s->cur, hidden, logits, argmax, err);
 }
 
+enum mtpq_status mtpq_target_prefill(struct mtpq_target_seq *s, int64_t n, const int32_t *tokens, float *hidden,
+                                     struct mtpq_err *err) {
+  const int64_t H = s->t->H;
+  if (n < 0 || s->len + n > s->max_pos)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a prompt of %lld tokens at position %lld past the sequence's %lld",
+                        (long long)n, (long long)s->len, (long long)s->max_pos);
+  s->vcount = 0; /* (as a step after a verify) */
+  for (int64_t p = 0; p < n;) {
+    enum mtpq_status st;
+    int64_t c = n - p;
+    if (s->gpu) {
+      c = c < MTPQ_TCUDA_PREFILL ? c : MTPQ_TCUDA_PREFILL;
+      st = mtpq__tcuda_prefill(s->gpu, (int)c, tokens + p, s->len, s->cur, hidden ? hidden + p * H : NULL, err);
+      if (!st) s->len += c, s->cur = (s->cur + 1) % s->nbuf;
+    } else {
+      c = 1;
+      st = forward_one(s, tokens[p], s->cur, s->cur, hidden ? hidden + p * H : NULL, NULL, NULL, err);
+    }
+    if (st) return st;
+    p += c;
+  }
+  return MTPQ_OK;
+}
+
 enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                     int32_t *argmax, struct mtpq_err *err) {
   return mtpq_target_verify_logits(s, T, tokens, hidden, NULL, argmax, err);

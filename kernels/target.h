@@ -92,6 +92,17 @@ enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtp
 enum mtpq_status mtpq_target_verify_many(struct mtpq_target_seq *const *s, int n, int T, const int32_t *const *tokens,
                                          float *const *hidden, float *const *logits, int32_t *const *argmax,
                                          struct mtpq_err *err);
+/* A prompt: n tokens at the sequence's end, its state after the last one
+ * kept (as n steps leave it; a pending verify is accepted whole first);
+ * the final-norm hidden state of each into hidden [n][H] (may be NULL); no
+ * head (step or verify the prompt's last token for its logits). The CPU
+ * reference runs the tokens one by one; the CUDA backend runs chunks of up
+ * to 4,096 tokens with every product a GEMM over the chunk and each
+ * weight read once a chunk (kernels/cuda/prefill.cuh), to float
+ * tolerance of the forwards, not bit for bit. On an error the tokens of
+ * the chunks before it stay in the sequence. */
+enum mtpq_status mtpq_target_prefill(struct mtpq_target_seq *s, int64_t n, const int32_t *tokens, float *hidden,
+                                     struct mtpq_err *err);
 /* CPU: cache K and V in BF16 (rounded to nearest even) as the CUDA backend
  * and vLLM cache a BF16 model, instead of float32; before the first token
  * (the CUDA backend always does). */

@@ -40,6 +40,15 @@ enum mtpq_status mtpq__tcuda_forward(void *s, int T, const int32_t *tokens, int6
 enum mtpq_status mtpq__tcuda_forward_many(void *const *s, int n, int Tn, const int32_t *const *tokens,
                                           const int64_t *pos0, const int *cur, int head, float *const *hidden,
                                           float *const *logits, int32_t *const *argmax, struct mtpq_err *err);
+/* A prompt chunk of n (1..MTPQ_TCUDA_PREFILL) tokens at positions pos0..
+ * through the trunk with its products as GEMMs (kernels/cuda/prefill.cuh):
+ * the GDN state read from slot cur, the state after the last token into
+ * slot (cur + 1) % nbuf (no other slot is written), the K/V cache at the
+ * chunk's positions, the final-norm hidden states into hidden [n][H] (may
+ * be NULL); no head. */
+#define MTPQ_TCUDA_PREFILL 4096
+enum mtpq_status mtpq__tcuda_prefill(void *s, int n, const int32_t *tokens, int64_t pos0, int cur, float *hidden,
+                                     struct mtpq_err *err);
 /* the GDN state of a linear-attention layer in slot: conv [conv_dim][K - 1], rec [HV][dk][dv] (host copies) */
 enum mtpq_status mtpq__tcuda_seq_gdn(void *s, int layer, int slot, float *conv, float *rec, struct mtpq_err *err);
 /* the last forward again, each kernel alone between two events: up to max

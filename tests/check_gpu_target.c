@@ -12,7 +12,11 @@
  *     every j (the state slots on the device);
  *   - one target past 256 cached positions (attention in several splits);
  *   - sequences verified together (mtpq_target_verify_many: one forward of
- *     several sequences) equal each verified alone, states included.
+ *     several sequences) equal each verified alone, states included;
+ *   - a prompt through mtpq_target_prefill (the GEMM path,
+ *     kernels/cuda/prefill.cuh) in two chunks: every hidden state, the GDN
+ *     states after it and the next step's logits within TOL of the CPU
+ *     stepping token by token, the argmax where it is clear.
  * Both cache K and V in BF16 (the CPU through mtpq_target_seq_kv_bf16, as
  * the CUDA backend and vLLM do) and sum in float32 in different orders, so
  * a value a float ulp apart can round to neighbouring BF16 values; TOL =
@@ -106,6 +110,30 @@ static int clear_argmax(const float *lg, int64_t V, float tol) {
   return a - b > tol * fabsf(a);
 }
 
+/* the GDN states of every linear-attention layer of the CUDA sequence gs against the CPU's cs, each within
+ * TOL; the worst relative error, each layer's printed when verbose */
+static double gdn_states_err(struct mtpq_target *t, struct mtpq_target_seq *cs, struct mtpq_target_seq *gs,
+                             const char *name, int verbose) {
+  double worst = 0;
+  for (int l = 0; l < mtpq_target_layers(t); l++) {
+    if (mtpq_target_layer_type(t, l) != 'L') continue;
+    const float *rc, *rg;
+    int64_t cn, rn, cn2, rn2;
+    const float *cc = mtpq_target_seq_gdn(cs, l, &rc, &cn, &rn);
+    float *ccopy = malloc((size_t)cn * 4), *rcopy = malloc((size_t)rn * 4);
+    memcpy(ccopy, cc, (size_t)cn * 4), memcpy(rcopy, rc, (size_t)rn * 4);
+    const float *cg = mtpq_target_seq_gdn(gs, l, &rg, &cn2, &rn2);
+    ck_assert_ptr_nonnull(cg);
+    ck_assert_int_eq(cn, cn2);
+    const double ec = rel_err(cg, ccopy, (size_t)cn), er = rel_err(rg, rcopy, (size_t)rn);
+    ck_assert_msg(ec <= TOL && er <= TOL, "%s: layer %d GDN state: conv %.3g, recurrent %.3g", name, l, ec, er);
+    if (verbose) printf("%s: layer %d GDN state: conv rel. err %.2e, recurrent %.2e\n", name, l, ec, er);
+    worst = ec > worst ? ec : worst, worst = er > worst ? er : worst;
+    free(ccopy), free(rcopy);
+  }
+  return worst;
+}
+
 START_TEST(test_prefill_and_states) {
   const struct tcase *c = &cases[_i];
   if (!wanted(_i)) return;
@@ -135,25 +163,56 @@ START_TEST(test_prefill_and_states) {
     }
     tok = (int32_t)((ac * 7 + p * 13 + 5) % (V < 150000 ? V : 150000)); /* varied tokens, not the argmax chain alone */
   }
-  for (int l = 0; l < mtpq_target_layers(t); l++) {
-    if (mtpq_target_layer_type(t, l) != 'L') continue;
-    const float *rc, *rg;
-    int64_t cn, rn, cn2, rn2;
-    const float *cc = mtpq_target_seq_gdn(cs, l, &rc, &cn, &rn);
-    float *ccopy = malloc((size_t)cn * 4), *rcopy = malloc((size_t)rn * 4);
-    memcpy(ccopy, cc, (size_t)cn * 4), memcpy(rcopy, rc, (size_t)rn * 4);
-    const float *cg = mtpq_target_seq_gdn(gs, l, &rg, &cn2, &rn2);
-    ck_assert_ptr_nonnull(cg);
-    ck_assert_int_eq(cn, cn2);
-    const double ec = rel_err(cg, ccopy, (size_t)cn), er = rel_err(rg, rcopy, (size_t)rn);
-    ck_assert_msg(ec <= TOL && er <= TOL, "%s: layer %d GDN state: conv %.3g, recurrent %.3g", c->name, l, ec, er);
-    printf("%s: layer %d GDN state after %d tokens: conv rel. err %.2e, recurrent %.2e\n", c->name, l, P, ec, er);
-    free(ccopy), free(rcopy);
-  }
+  gdn_states_err(t, cs, gs, c->name, 1);
   printf("%s: %d-token prefill: hidden rel. err <= %.2e, argmax equal at %d of %d clear positions\n", c->name, P, worst,
          same, clear);
   mtpq_target_seq_close(cs), mtpq_target_seq_close(gs);
   free(hc), free(hg), free(lc), free(lg);
+  mtpq_target_close(t);
+}
+END_TEST
+
+/* mtpq_target_prefill on the device: the prompt in two chunks (the second
+ * reads the first's K/V cache and GDN state; hybrid-next's second chunk
+ * spans two blocks of the attention's query rows) against the CPU stepping
+ * token by token */
+START_TEST(test_prefill_gemm) {
+  const struct tcase *c = &cases[_i];
+  if (!wanted(_i)) return;
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = open_case(c);
+  const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
+  const int P = c->P > 40 ? c->P : 40, P1 = P > 280 ? 20 : P / 3 + 1;
+  int32_t *x = malloc((size_t)(P + 1) * sizeof *x);
+  for (int i = 0; i <= P; i++) x[i] = (int32_t)((i * 7919 + 17) % (V < 150000 ? V : 150000));
+  struct mtpq_target_seq *cs = NULL, *gs = NULL;
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, P + 4, 1, &cs, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_kv_bf16(cs, &err), MTPQ_OK);
+  ck_assert_msg(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, P + 4, 1, &gs, &err) == MTPQ_OK, "%s: %s", c->name, err.msg);
+  float *hc = malloc((size_t)(P * H) * 4), *hg = malloc((size_t)(P * H) * 4), *lc = malloc((size_t)V * 4),
+        *lg = malloc((size_t)V * 4);
+  ck_assert_int_eq(mtpq_target_prefill(cs, P, x, hc, &err), MTPQ_OK);
+  ck_assert_msg(mtpq_target_prefill(gs, P1, x, hg, &err) == MTPQ_OK, "%s: %s", c->name, err.msg);
+  ck_assert_msg(mtpq_target_prefill(gs, P - P1, x + P1, hg + (size_t)P1 * H, &err) == MTPQ_OK, "%s: %s", c->name,
+                err.msg);
+  ck_assert_int_eq(mtpq_target_seq_len(gs), P);
+  double worst = 0;
+  for (int p = 0; p < P; p++) {
+    const double e = rel_err(hg + (size_t)p * H, hc + (size_t)p * H, (size_t)H);
+    worst = e > worst ? e : worst;
+    ck_assert_msg(e <= TOL, "%s: prefill position %d: hidden relative error %.3g", c->name, p, e);
+  }
+  const double wstate = gdn_states_err(t, cs, gs, c->name, 0);
+  int32_t ac = 0, ag = 0;
+  ck_assert_int_eq(mtpq_target_step(cs, x[P], NULL, lc, &ac, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_step(gs, x[P], NULL, lg, &ag, &err), MTPQ_OK);
+  const double el = rel_err(lg, lc, (size_t)V);
+  ck_assert_msg(el <= TOL, "%s: the step after the prefill: logits relative error %.3g", c->name, el);
+  if (clear_argmax(lc, V, (float)TOL)) ck_assert_int_eq(ac, ag);
+  printf("%s: GEMM prefill of %d + %d tokens: hidden rel. err <= %.2e, GDN states <= %.2e, next logits %.2e\n", c->name,
+         P1, P - P1, worst, wstate, el);
+  mtpq_target_seq_close(cs), mtpq_target_seq_close(gs);
+  free(x), free(hc), free(hg), free(lc), free(lg);
   mtpq_target_close(t);
 }
 END_TEST
@@ -349,6 +408,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_prefill_and_states, 0, n);
   tcase_add_loop_test(tc, test_verify_slots, 0, n);
   tcase_add_loop_test(tc, test_verify_many, 0, n);
+  tcase_add_loop_test(tc, test_prefill_gemm, 0, n);
   tcase_add_test(tc, test_batch_lossless);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

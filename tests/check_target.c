@@ -1,7 +1,8 @@
 /* The target model (kernels/target.h) on the CPU reference backend: layer
  * stacks of the shipped models; decoding token by token equals a verify of
  * T tokens followed by accepting slot j, for every j, bit for bit (hidden
- * states, argmax, the GDN states); misuse of verify/accept is refused. The
+ * states, argmax, the GDN states), and so does a prompt through
+ * mtpq_target_prefill; misuse of verify/accept is refused. The
  * numbers against independent implementations are in
  * tests/interop/test_traces.py (numpy) and the transformers fixtures. */
 #include <check.h>
@@ -90,8 +91,22 @@ START_TEST(test_verify_equals_decode) {
     mtpq_target_seq_close(b);
     free(hb);
   }
-  /* misuse */
+  /* a prompt through mtpq_target_prefill, then steps: the reference's hidden states and argmax bit for bit */
   struct mtpq_target_seq *b = NULL;
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, 2, &b, &err), MTPQ_OK);
+  float *hp = malloc((size_t)(N * H) * 4);
+  ck_assert_int_eq(mtpq_target_prefill(b, N + 1, x, hp, &err), MTPQ_E_INVAL); /* past the sequence */
+  ck_assert_int_eq(mtpq_target_seq_len(b), 0);
+  ck_assert_int_eq(mtpq_target_prefill(b, P, x, hp, &err), MTPQ_OK);
+  ck_assert_int_eq(mtpq_target_seq_len(b), P);
+  ck_assert_int_eq(mtpq_target_prefill(b, 0, x, NULL, &err), MTPQ_OK);
+  int32_t gp = -1;
+  ck_assert_int_eq(mtpq_target_step(b, x[P], hp + P * H, NULL, &gp, &err), MTPQ_OK);
+  ck_assert_msg(!memcmp(ha, hp, (size_t)((P + 1) * H) * 4) && gp == ga[P], "%s: prefill then a step differs",
+                models[_i]);
+  mtpq_target_seq_close(b);
+  free(hp);
+  /* misuse */
   ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, N, 2, &b, &err), MTPQ_OK);
   ck_assert_int_eq(mtpq_target_accept(b, 0, &err), MTPQ_E_INVAL);
   ck_assert_int_eq(mtpq_target_verify(b, 3, x, NULL, NULL, &err), MTPQ_E_INVAL);

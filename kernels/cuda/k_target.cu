@@ -11,31 +11,6 @@ extern "C" {
 #include "kernels/rope.h"
 }
 
-// sum over the block (blockDim a multiple of 32, at most 1024); sh: 32 floats; every thread gets it
-__device__ __forceinline__ float tk_block_sum(float v, float *sh) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = rt_warp_sum(v);
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  float s = 0.0f;
-  for (int i = 0; i < nw; i++) s += sh[i];
-  return s;
-}
-
-__device__ __forceinline__ float tk_block_max(float v, float *sh) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  float m = -INFINITY;
-  for (int i = 0; i < nw; i++) m = fmaxf(m, sh[i]);
-  return m;
-}
-
-__device__ __forceinline__ float tk_sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float tk_silu(float x) { return x * tk_sigm(x); }
 __device__ __forceinline__ float tk_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // (1 + w) RMSNorm of row x [n] into y (block-wide; y may be x)

@@ -58,6 +58,33 @@ __host__ __device__ inline int64_t ta_grid(int64_t max_pos) {
   return a > (b < TA_SPLITS ? b : TA_SPLITS) ? a : (b < TA_SPLITS ? b : TA_SPLITS);
 }
 
+// the block reductions of the target's kernels (k_target.cu) and the prefill's (k_prefill.cu)
+// sum over the block (blockDim a multiple of 32, at most 1024); sh: 32 floats; every thread gets it
+__device__ __forceinline__ float tk_block_sum(float v, float *sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = rt_warp_sum(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  float s = 0.0f;
+  for (int i = 0; i < nw; i++) s += sh[i];
+  return s;
+}
+
+__device__ __forceinline__ float tk_block_max(float v, float *sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int i = 0; i < nw; i++) m = fmaxf(m, sh[i]);
+  return m;
+}
+
+__device__ __forceinline__ float tk_sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tk_silu(float x) { return x * tk_sigm(x); }
+
 #define TK_EMAX 64 // experts a lane of the routing warp holds (E <= 32 TK_EMAX)
 
 // a sequence's part of a call, on the device (tgpu::calls, copied in before each graph launch)
@@ -98,6 +125,9 @@ struct tplan {
   mv_launch head, head_logits;
 };
 
+struct tpre; // the prefill's workspace (kernels/cuda/prefill.cuh)
+void tpre_free(tpre *p);
+
 struct tgpu {
   struct mtpq_target *t = nullptr;
   gpu_session ctx;          // the products' context (weight table, routing, stream, settings)
@@ -117,6 +147,7 @@ struct tgpu {
   tcall *calls = nullptr, *h_calls = nullptr; // the call's blocks [TK_SMAX]: device, pinned host
   cudaGraphExec_t graph[TK_SMAX + 1][MTPQ_TCUDA_MAX_T + 1][3] = {}; // per (sequences, Tn, head)
   cudaEvent_t e0 = nullptr, e1 = nullptr;
+  tpre *pre = nullptr; // made at the first prefill
 };
 
 struct tseq {
@@ -129,6 +160,9 @@ struct tseq {
   double last_us = -1;
   std::vector<void *> allocs;
 };
+
+// k_target.cu: softmax over the router's logits, top-k, the weights (the prefill routes with it too)
+__global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, int K, int norm, float *wsel, int *sel);
 
 // k_target.cu: one forward's kernels in order, on m->ctx's stream: Tn tokens of each of the n sequences whose
 // blocks are in m->calls

@@ -101,6 +101,7 @@ static void drop_graphs(tgpu *m) {
 static void tgpu_free(tgpu *m) {
   if (!m) return;
   drop_graphs(m);
+  tpre_free(m->pre);
   if (m->h_calls) cudaFreeHost(m->h_calls);
   if (m->e0) cudaEventDestroy(m->e0);
   if (m->e1) cudaEventDestroy(m->e1);

@@ -24,7 +24,7 @@ dev_base_build() {
 dev_check_target() {
   timeout "$3" "$1"/tests/check_gpu_target > "$2/check_gpu_target.txt" 2>&1
   echo "check_gpu_target rc $? at ${SECONDS}s: $(grep -E '^[0-9]+%: Checks' "$2/check_gpu_target.txt")"
-  grep -E "F:|E:|together" "$2/check_gpu_target.txt" | head -12
+  grep -E "F:|E:|together|prefill" "$2/check_gpu_target.txt" | head -24
 }
 
 # OUTDIR: the card, driver, clocks and CUDA into OUTDIR/card.txt (and stdout)

@@ -1,0 +1,375 @@
+// The prefill's host side (kernels/cuda/prefill.cuh): its workspace, the
+// GEMMs, and one chunk of a prompt through the trunk, layer by layer.
+#include "kernels/cuda/prefill.cuh"
+
+#include <algorithm>
+
+#define CB(stmt)                                                                                                  \
+  do {                                                                                                            \
+    cublasStatus_t s_ = (stmt);                                                                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                              \
+      return mtpq_err_set(err, MTPQ_E_GPU, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #stmt, (int)s_); \
+  } while (0)
+
+void tpre_free(tpre *p) {
+  if (!p) return;
+  if (p->cb) cublasDestroy(p->cb);
+  for (void *a : p->chunk) cudaFree(a);
+  for (void *a : p->allocs) cudaFree(a);
+  if (p->hptrs) cudaFreeHost(p->hptrs);
+  if (p->hsort) cudaFreeHost(p->hsort);
+  if (p->hsel) cudaFreeHost(p->hsel);
+  delete p;
+}
+
+// a weight's scale as the CPU reference applies it (BF16 weights have none); odd: a pair matrix's up rows
+static float scl(const dlin &d, bool odd) { return d.f == LIN_BF16 ? 1.0f : odd ? d.s2 : d.s; }
+
+template <typename T> static enum mtpq_status palloc(std::vector<void *> &v, T **p, size_t n, struct mtpq_err *err) {
+  void *x = nullptr;
+  if (cudaMalloc(&x, n ? n : 16) != cudaSuccess)
+    return mtpq_err_set(err, MTPQ_E_GPU, "out of device memory for the prefill's workspace (%zu bytes more)", n);
+  v.push_back(x);
+  *p = static_cast<T *>(x);
+  return MTPQ_OK;
+}
+
+struct tp_shape {
+  int64_t IE = 0, IS = 0, E = 0, K = 0, dense = 0; // expert and shared/dense intermediates, experts, top-k, largest dense
+};
+
+static tp_shape shape_of(const tgpu *m) {
+  tp_shape s;
+  const struct mtpq_target *t = m->t;
+  const std::vector<dlin> &w = m->ctx.w.host;
+  for (int64_t i = 0; i < t->L; i++) {
+    const tlayer_dev &l = m->L[(size_t)i];
+    const struct rt_mlp &mlp = t->layers[i].mlp;
+    if (mlp.moe) s.IE = std::max(s.IE, mlp.eg[0].rows), s.E = std::max(s.E, mlp.E), s.K = mlp.topk;
+    if (l.sg >= 0) s.IS = std::max(s.IS, l.glu ? w[(size_t)l.sg].rows / 2 : w[(size_t)l.sg].rows);
+    const int ids[] = {l.q, l.k, l.v, l.o, l.p0, l.p1, l.p2, l.p3, l.out, l.router, l.seg, l.sg, l.su, l.sd};
+    for (int id : ids)
+      if (id >= 0 && id < (int)w.size()) s.dense = std::max(s.dense, w[(size_t)id].rows * w[(size_t)id].cols);
+  }
+  return s;
+}
+
+// the workspace for chunks of C tokens and L key positions
+static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *err) {
+  const struct mtpq_target *t = m->t;
+  if (!m->pre) m->pre = new tpre();
+  tpre *p = m->pre;
+  const tp_shape sh = shape_of(m);
+  enum mtpq_status st = MTPQ_OK;
+  if (!p->cb) {
+    if (cublasCreate(&p->cb) != CUBLAS_STATUS_SUCCESS || cublasSetStream(p->cb, m->ctx.st) != CUBLAS_STATUS_SUCCESS)
+      return mtpq_err_set(err, MTPQ_E_GPU, "cannot create a cuBLAS handle");
+    st = palloc(p->allocs, &p->wdq, (size_t)sh.dense * 2, err);
+    if (!st) st = palloc(p->allocs, &p->wex, (size_t)(sh.E * 3 * sh.IE * t->H) * 2, err);
+    if (!st) st = palloc(p->allocs, &p->escale, (size_t)(sh.E + 1) * sizeof(float2) + (size_t)sh.E * 4, err);
+    if (!st) st = palloc(p->allocs, &p->ptrs, (size_t)(8 * sh.E + 8) * sizeof(void *), err);
+    if (!st && cudaMallocHost((void **)&p->hptrs, (size_t)(8 * sh.E + 8) * sizeof(void *) +
+                                                      (size_t)(sh.E + 1) * sizeof(float2) + (size_t)sh.E * 4) !=
+                   cudaSuccess)
+      st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory");
+    if (st) return st;
+  }
+  if (p->C >= C && p->L >= L) return MTPQ_OK;
+  C = std::max(C, p->C), L = std::max(L, p->L);
+  for (void *a : p->chunk) cudaFree(a);
+  p->chunk.clear(), p->C = p->L = 0;
+  if (p->hsort) cudaFreeHost(p->hsort), p->hsort = nullptr;
+  if (p->hsel) cudaFreeHost(p->hsel), p->hsel = nullptr;
+  // CK: a chunk's routed rows; RP: with each expert's rows padded to TP_PAD
+  const int64_t HS = m->HS, CK = C * std::max<int64_t>(sh.K, 1), RP = CK + TP_PAD * sh.E;
+  const int64_t IM = std::max<int64_t>(sh.IS, 1);
+  const int64_t IE = std::max<int64_t>(sh.IE, 1), QB = std::min<int64_t>(C, TP_QB);
+  std::vector<void *> &v = p->chunk;
+  struct fb {
+    float **p;
+    int64_t n;
+  } fs[] = {{&p->h, C * HS},         {&p->y, C * HS},           {&p->proj, C * m->PS},  {&p->mix, C * t->conv_dim},
+            {&p->beta, C * t->HV},   {&p->dec, C * t->HV},      {&p->kq, C * t->HK},      {&p->o, C * m->VS},     {&p->qg, C * m->QGS},
+            {&p->kk, C * m->KVS},    {&p->vv, C * m->KVS},      {&p->att, C * m->ATS},  {&p->sc, t->Nq * QB * L},
+            {&p->pr, C * sh.E},      {&p->sz, C},               {&p->wsel, C * RT_KST}, {&p->ygu, std::max(RP * 2 * IE, C * 2 * IM)},
+            {&p->yd, RP * t->H},     {&p->ysh, C * HS},         {&p->hid, C * HS}};
+  for (const fb &f : fs)
+    if (!st) st = palloc(v, f.p, (size_t)f.n * 4, err);
+  struct bb {
+    bf16 **p;
+    int64_t n;
+  } bs[] = {{p->xa, C * HS},  {p->xo, C * std::max(m->VS, m->ATS)}, {p->xs, RP * HS},
+            {p->xact, std::max(RP * IE, C * IM)}, {p->qb, t->Nq * C * t->D}, {p->pp, t->Nq * QB * L}};
+  for (const bb &b : bs)
+    for (int k = 0; k < 2 && !st; k++) st = palloc(v, &b.p[k], (size_t)b.n * 2, err);
+  int **is[] = {&p->tok, &p->sel, &p->perm, &p->rowex};
+  const int64_t in[] = {C, C * RT_KST, RP + CK, RP + sh.E + 1};
+  for (int k = 0; k < 4 && !st; k++) st = palloc(v, is[k], (size_t)in[k] * 4, err);
+  if (!st && (cudaMallocHost((void **)&p->hsort, (size_t)(2 * RP + CK + sh.E + 1) * 4) != cudaSuccess ||
+              cudaMallocHost((void **)&p->hsel, (size_t)CK * 4) != cudaSuccess))
+    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory");
+  if (!st) p->C = C, p->L = L;
+  return st;
+}
+
+// Y [n][ldy] = alpha W X^T: W [rows][cols] BF16 row-major, X the two pieces [n][ldx]; the lo piece's product
+// added to the hi one's in the GEMM (beta 1)
+static enum mtpq_status gemm(tpre *p, const bf16 *W, int64_t rows, int64_t cols, bf16 *const *X, int64_t ldx,
+                             int64_t n, float *Y, int64_t ldy, float alpha, struct mtpq_err *err) {
+  for (int k = 0; k < 2; k++) {
+    const float beta = k ? 1.0f : 0.0f;
+    CB(cublasGemmEx(p->cb, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &alpha, W, CUDA_R_16BF, (int)cols,
+                    X[k], CUDA_R_16BF, (int)ldx, &beta, Y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT));
+  }
+  return MTPQ_OK;
+}
+
+// product idx over the chunk: its weights as BF16 (dequantized into the scratch unless stored so), scaled by
+// alpha unless unscaled (a gate/up whose scales the SwiGLU applies)
+static enum mtpq_status dense(tgpu *m, int idx, bf16 *const *X, int64_t ldx, int64_t n, float *Y, int64_t ldy,
+                              bool unscaled, struct mtpq_err *err) {
+  tpre *p = m->pre;
+  const dlin &d = m->ctx.w.host[(size_t)idx];
+  const bf16 *W = reinterpret_cast<const bf16 *>(d.w);
+  if (d.f != LIN_BF16) tp_dequant(m->ctx.st, m->ctx.w.lins, idx, d.rows, d.cols, p->wdq), W = p->wdq;
+  return gemm(p, W, d.rows, d.cols, X, ldx, n, Y, ldy, unscaled ? 1.0f : scl(d, false), err);
+}
+
+// gate/up (a pair idx, or gate g and up u) and down over n rows of X: SwiGLU's pieces into act, the down's
+// output into Y [n][ldy]
+static enum mtpq_status mlp(tgpu *m, int g, int u, int dn, bool pair, bf16 *const *X, int64_t n, float *Y,
+                            int64_t ldy, struct mtpq_err *err) {
+  tpre *p = m->pre;
+  const std::vector<dlin> &w = m->ctx.w.host;
+  const int64_t I = pair ? w[(size_t)g].rows / 2 : w[(size_t)g].rows, HS = m->HS;
+  enum mtpq_status st = dense(m, g, X, HS, n, p->ygu, 2 * I, true, err);
+  if (!st && !pair) st = dense(m, u, X, HS, n, p->ygu + I, 2 * I, true, err);
+  if (st) return st;
+  const dlin &G = w[(size_t)g], &U = w[(size_t)(pair ? g : u)];
+  tp_swiglu(m->ctx.st, p->ygu, 2 * I, pair ? 2 : 1, pair ? 1 : I, I, nullptr, nullptr, scl(G, false), scl(U, pair),
+            p->xact[0], p->xact[1], I, n);
+  return dense(m, dn, p->xact, I, n, Y, ldy, false, err);
+}
+
+// one batched GEMM a bucket of experts (the same padded row count), for both pieces of x: C = alpha A B^T
+static enum mtpq_status batched(tpre *p, const std::vector<int> &bucket, int64_t m_, int64_t k_, const void *const *A,
+                                int64_t lda, const void *const *B0, const void *const *B1, int64_t ldb,
+                                void *const *C, int64_t ldc, const std::vector<int> &rows, struct mtpq_err *err) {
+  const float one = 1.0f, zero = 0.0f;
+  for (size_t b = 0; b + 1 < bucket.size(); b++) {
+    const int u0 = bucket[b], nb = bucket[b + 1] - u0;
+    for (int k = 0; k < 2; k++)
+      CB(cublasGemmBatchedEx(p->cb, CUBLAS_OP_T, CUBLAS_OP_N, (int)m_, rows[(size_t)u0], (int)k_, &one, A + u0,
+                             CUDA_R_16BF, (int)lda, (k ? B1 : B0) + u0, CUDA_R_16BF, (int)ldb, k ? &one : &zero, C + u0,
+                             CUDA_R_32F, (int)ldc, nb, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  return MTPQ_OK;
+}
+
+// layer i's routed experts over the chunk's n tokens (normed input in xa): the routing copied back, the rows
+// sorted by expert (stable: token order within an expert), each expert's rows padded to a multiple of TP_PAD
+// (zero inputs) so that the experts of one padded count are one batched GEMM (cuBLAS has no grouped GEMM
+// from BF16 into float32), the used experts dequantized, gate/up and down; expert outputs into yd (row
+// inv[t K + k] for token t's k-th expert, unscaled by the down's scale, which the add-norm applies)
+static enum mtpq_status experts(tgpu *m, int64_t i, int n, struct mtpq_err *err) {
+  tpre *p = m->pre;
+  gpu_session *g = &m->ctx;
+  const tlayer_dev &l = m->L[(size_t)i];
+  const struct rt_mlp &mlp = m->t->layers[i].mlp;
+  const int E = (int)mlp.E, K = (int)mlp.topk, N = n * K;
+  const int64_t H = m->H, HS = m->HS, IE = mlp.eg[0].rows;
+  CK(cudaMemcpy2DAsync(p->hsel, (size_t)K * 4, p->sel, RT_KST * 4, (size_t)K * 4, (size_t)n, cudaMemcpyDeviceToHost,
+                       g->st));
+  CK(cudaStreamSynchronize(g->st));
+  std::vector<int> cnt((size_t)E, 0), used;
+  for (int r = 0; r < N; r++) {
+    if (p->hsel[r] < 0 || p->hsel[r] >= E)
+      return mtpq_err_set(err, MTPQ_E_INTERNAL, "layer %lld: token %d routed to expert %d of %d", (long long)i, r / K,
+                          p->hsel[r], E);
+    cnt[(size_t)p->hsel[r]]++;
+  }
+  for (int e = 0; e < E; e++)
+    if (cnt[(size_t)e]) used.push_back(e);
+  const int nu = (int)used.size();
+  // the used experts by padded count (a bucket each), their row blocks in that order
+  auto pad = [&](int e) { return (cnt[(size_t)e] + TP_PAD - 1) / TP_PAD * TP_PAD; };
+  std::stable_sort(used.begin(), used.end(), [&](int a, int b) { return pad(a) < pad(b); });
+  std::vector<int> off((size_t)E, 0), rows((size_t)nu), bucket;
+  int R = 0;
+  for (int u = 0; u < nu; u++) {
+    const int e = used[(size_t)u];
+    if (!u || pad(e) != rows[(size_t)u - 1]) bucket.push_back(u);
+    off[(size_t)e] = R, rows[(size_t)u] = pad(e), R += pad(e);
+  }
+  bucket.push_back(nu);
+  int *perm = p->hsort, *inv = perm + R, *rowex = inv + N, *ulist = rowex + R;
+  std::fill(perm, perm + R, -1);
+  std::vector<int> fill(off);
+  for (int u = 0; u < nu; u++)
+    for (int r = 0; r < rows[(size_t)u]; r++) rowex[off[(size_t)used[(size_t)u]] + r] = used[(size_t)u];
+  for (int r = 0; r < N; r++) {
+    const int e = p->hsel[r], pos = fill[(size_t)e]++;
+    perm[pos] = r / K, inv[r] = pos;
+  }
+  for (int u = 0; u < nu; u++) ulist[u] = used[(size_t)u];
+  float2 *es = reinterpret_cast<float2 *>(p->hptrs + 8 * m->E + 8);
+  float *ds = reinterpret_cast<float *>(es + m->E + 1);
+  const std::vector<dlin> &w = g->w.host;
+  for (int e = 0; e < E; e++) {
+    const dlin &G = w[(size_t)(l.ex + e)], &U = w[(size_t)(l.glu ? l.ex + e : l.ex + E + e)];
+    es[e] = make_float2(scl(G, false), scl(U, l.glu)), ds[e] = scl(w[(size_t)(l.ex + 2 * E + e)], false);
+  }
+  CK(cudaMemcpyAsync(p->perm, perm, (size_t)(R + N) * 4, cudaMemcpyHostToDevice, g->st)); // perm, inv
+  CK(cudaMemcpyAsync(p->rowex, rowex, (size_t)(R + nu) * 4, cudaMemcpyHostToDevice, g->st)); // rowex, used
+  CK(cudaMemcpyAsync(p->escale, es, (size_t)(m->E + 1) * sizeof(float2) + (size_t)E * 4, cudaMemcpyHostToDevice,
+                     g->st)); // escale, dscale
+  const int *dinv = p->perm + R;
+  tp_gather(g->st, p->xa, p->perm, HS, p->xs, R);
+  tp_dequant_experts(g->st, g->w.lins, l.ex, E, l.glu, p->rowex + R, nu, IE, H, p->wex);
+  // the batched GEMMs' pointer arrays: gate/up A, B0, B1, C, then down A, B0, B1, C (nu each)
+  const void **hp = p->hptrs;
+  for (int u = 0; u < nu; u++) {
+    const int e = used[(size_t)u];
+    const int64_t o = off[(size_t)e];
+    const bf16 *W = p->wex + (int64_t)e * 3 * IE * H;
+    hp[0 * nu + u] = W, hp[1 * nu + u] = p->xs[0] + o * HS, hp[2 * nu + u] = p->xs[1] + o * HS;
+    hp[3 * nu + u] = p->ygu + o * 2 * IE;
+    hp[4 * nu + u] = W + 2 * IE * H, hp[5 * nu + u] = p->xact[0] + o * IE, hp[6 * nu + u] = p->xact[1] + o * IE;
+    hp[7 * nu + u] = p->yd + o * H;
+  }
+  CK(cudaMemcpyAsync(p->ptrs, hp, (size_t)(8 * nu) * sizeof(void *), cudaMemcpyHostToDevice, g->st));
+  const void *const *dp = p->ptrs;
+  enum mtpq_status st = batched(p, bucket, 2 * IE, H, dp, H, dp + nu, dp + 2 * nu, HS, (void *const *)(dp + 3 * nu),
+                                2 * IE, rows, err);
+  if (st) return st;
+  tp_swiglu(g->st, p->ygu, 2 * IE, 2, 1, IE, p->rowex, p->escale, 0.0f, 0.0f, p->xact[0], p->xact[1], IE, R);
+  st = batched(p, bucket, H, IE, dp + 4 * nu, IE, dp + 5 * nu, dp + 6 * nu, IE, (void *const *)(dp + 7 * nu), H, rows,
+               err);
+  p->inv_dev = dinv;
+  return st;
+}
+
+// layer i's attention over the chunk (its tokens at pos0..): q/k/v, the cache, scores, softmax, values, gate
+static enum mtpq_status attention(tgpu *m, tseq *s, int64_t i, int64_t pos0, int n, struct mtpq_err *err) {
+  tpre *p = m->pre;
+  const struct mtpq_target *t = m->t;
+  const tlayer_dev &l = m->L[(size_t)i];
+  cudaStream_t st0 = m->ctx.st;
+  enum mtpq_status st = dense(m, l.q, p->xa, m->HS, n, p->qg, m->QGS, false, err);
+  if (!st) st = dense(m, l.k, p->xa, m->HS, n, p->kk, m->KVS, false, err);
+  if (!st) st = dense(m, l.v, p->xa, m->HS, n, p->vv, m->KVS, false, err);
+  if (st) return st;
+  const int Nq = (int)t->Nq, Nkv = (int)t->Nkv, D = (int)t->D, G = Nq / Nkv;
+  const uint16_t *kc = s->kc[(size_t)i], *vc = s->vc[(size_t)i];
+  tp_kv(st0, p->kk, p->vv, m->KVS, l.kn, Nkv, D, (int)t->rot, pos0, t->theta, t->eps, s->kc[(size_t)i],
+        s->vc[(size_t)i], n);
+  tp_attn_args A = {};
+  A.qg = p->qg, A.qn = l.qn, A.sc = p->sc, A.att = p->att, A.q0 = p->qb[0], A.q1 = p->qb[1], A.p0 = p->pp[0];
+  A.p1 = p->pp[1], A.x0 = p->xo[0], A.x1 = p->xo[1], A.Nq = Nq, A.D = D, A.rot = (int)t->rot, A.QGS = m->QGS;
+  A.ATS = m->ATS, A.pos0 = pos0, A.C = n, A.theta = t->theta, A.eps = t->eps;
+  tp_queries(st0, A, n);
+  const float scale = 1.0f / sqrtf((float)D), one = 1.0f, zero = 0.0f;
+  for (int64_t c0 = 0; c0 < n; c0 += TP_QB) {
+    const int cb = (int)std::min<int64_t>(TP_QB, n - c0);
+    const int64_t L = pos0 + c0 + cb;
+    for (int kv = 0; kv < Nkv; kv++)
+      for (int k = 0; k < 2; k++)
+        CB(cublasGemmStridedBatchedEx(p->cb, CUBLAS_OP_T, CUBLAS_OP_N, (int)L, cb, D, &scale, kc + kv * D,
+                                      CUDA_R_16BF, Nkv * D, 0, p->qb[k] + ((int64_t)kv * G * n + c0) * D, CUDA_R_16BF,
+                                      D, (int64_t)n * D, k ? &one : &zero, p->sc + (int64_t)kv * G * cb * L,
+                                      CUDA_R_32F, (int)L, (int64_t)cb * L, G, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    tp_softmax(st0, A, c0, cb, L);
+    for (int kv = 0; kv < Nkv; kv++)
+      for (int k = 0; k < 2; k++)
+        CB(cublasGemmStridedBatchedEx(p->cb, CUBLAS_OP_N, CUBLAS_OP_N, D, cb, (int)L, &one, vc + kv * D, CUDA_R_16BF,
+                                      Nkv * D, 0, p->pp[k] + (int64_t)kv * G * cb * L, CUDA_R_16BF, (int)L,
+                                      (int64_t)cb * L, k ? &one : &zero, p->att + c0 * m->ATS + (int64_t)kv * G * D,
+                                      CUDA_R_32F, (int)m->ATS, D, G, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  tp_gate(st0, A, n);
+  return dense(m, l.o, p->xo, m->ATS, n, p->y, m->HS, false, err);
+}
+
+static enum mtpq_status gdn(tgpu *m, tseq *s, int64_t i, int cur, int dst, int n, struct mtpq_err *err) {
+  tpre *p = m->pre;
+  const struct mtpq_target *t = m->t;
+  const tlayer_dev &l = m->L[(size_t)i];
+  const int64_t kd = t->HK * t->dk, vd = t->HV * t->dv, HS = m->HS, PS = m->PS;
+  enum mtpq_status st = dense(m, l.p0, p->xa, HS, n, p->proj, PS, false, err);
+  if (!st && l.p2 < 0) st = dense(m, l.p1, p->xa, HS, n, p->proj + 2 * kd + 2 * vd, PS, false, err);
+  if (!st && l.p2 >= 0) st = dense(m, l.p1, p->xa, HS, n, p->proj + 2 * kd + vd, PS, false, err);
+  if (!st && l.p2 >= 0) st = dense(m, l.p2, p->xa, HS, n, p->proj + 2 * kd + 2 * vd, PS, false, err);
+  if (!st && l.p3 >= 0) st = dense(m, l.p3, p->xa, HS, n, p->proj + 2 * kd + 2 * vd + t->HV, PS, false, err);
+  if (st) return st;
+  const int64_t cs = t->conv_dim * (t->Kc - 1), rs = t->HV * t->dk * t->dv;
+  tp_gdn_args A = {};
+  A.proj = p->proj, A.conv_w = l.conv_w, A.A_log = l.A_log, A.dt_bias = l.dt_bias, A.gnorm = l.gnorm;
+  A.conv_old = s->conv[(size_t)i] + cur * cs, A.rec_old = s->rec[(size_t)i] + cur * rs;
+  A.conv_new = s->conv[(size_t)i] + dst * cs, A.rec_new = s->rec[(size_t)i] + dst * rs;
+  A.chan_src = m->chan_src, A.z_src = m->z_src, A.b_src = m->b_src, A.a_src = m->a_src;
+  A.mix = p->mix, A.beta = p->beta, A.dec = p->dec, A.kq = p->kq, A.o = p->o, A.x0 = p->xo[0], A.x1 = p->xo[1];
+  A.HK = (int)t->HK, A.HV = (int)t->HV, A.dk = (int)t->dk, A.dv = (int)t->dv, A.Kc = (int)t->Kc;
+  A.conv_dim = (int)t->conv_dim, A.PS = PS, A.VS = m->VS, A.eps = t->eps;
+  tp_gdn(m->ctx.st, A, n);
+  return dense(m, l.out, p->xo, m->VS, n, p->y, HS, false, err);
+}
+
+extern "C" enum mtpq_status mtpq__tcuda_prefill(void *ps, int n, const int32_t *tokens, int64_t pos0, int cur,
+                                                float *hidden, struct mtpq_err *err) {
+  tseq *s = static_cast<tseq *>(ps);
+  tgpu *m = s->m;
+  const struct mtpq_target *t = m->t;
+  gpu_session *g = &m->ctx;
+  if (n < 1 || n > TP_CHUNK)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a prefill chunk of %d tokens: the CUDA backend takes 1..%d", n, TP_CHUNK);
+  if (pos0 < 0 || pos0 + n > s->max_pos)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d tokens at position %lld past the sequence's %lld", n, (long long)pos0,
+                        (long long)s->max_pos);
+  for (int i = 0; i < n; i++)
+    if (tokens[i] < 0 || tokens[i] >= t->embed_rows)
+      return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "token %d outside the embedding (%lld rows)", tokens[i],
+                          (long long)t->embed_rows);
+  enum mtpq_status st = ensure(m, std::min<int64_t>(s->max_pos, TP_CHUNK), s->max_pos, err);
+  if (st) return st;
+  tpre *p = m->pre;
+  const int dst = (cur + 1) % s->nbuf;
+  const int64_t H = m->H, HS = m->HS;
+  g->on = g->st;
+  CK(cudaMemcpyAsync(p->tok, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, g->st));
+  tp_embed(g->st, p->tok, m->embed, t->embed_f32, H, HS, p->h, n);
+  tp_addnorm(g->st, nullptr, 0, p->h, H, HS, m->L[0].in_norm, t->eps, p->xa[0], p->xa[1], nullptr, n);
+  for (int64_t i = 0; i < t->L && !st; i++) {
+    const tlayer_dev &l = m->L[(size_t)i];
+    st = l.kind == 'A' ? attention(m, s, i, pos0, n, err) : gdn(m, s, i, cur, dst, n, err);
+    if (st) break;
+    tp_addnorm(g->st, p->y, HS, p->h, H, HS, l.post_norm, t->eps, p->xa[0], p->xa[1], nullptr, n);
+    const bool last = i + 1 == t->L;
+    const float *nw = last ? m->final_norm : m->L[(size_t)i + 1].in_norm;
+    bf16 *x0 = last ? nullptr : p->xa[0], *x1 = last ? nullptr : p->xa[1];
+    float *xf = last ? p->hid : nullptr;
+    if (l.router < 0) { // dense MLP
+      st = mlp(m, l.sg, l.su, l.sd, false, p->xa, n, p->y, HS, err);
+      if (!st) tp_addnorm(g->st, p->y, HS, p->h, H, HS, nw, t->eps, x0, x1, xf, n);
+      continue;
+    }
+    const struct rt_mlp &w = t->layers[i].mlp;
+    st = dense(m, l.router, p->xa, HS, n, p->pr, w.E, false, err);
+    if (!st && l.seg >= 0) st = dense(m, l.seg, p->xa, HS, n, p->sz, 1, false, err);
+    if (st) break;
+    go(g, false, k_t_route, dim3((unsigned)n), dim3(32), 0, (const float *)p->pr, (int64_t)w.E,
+       (const float *)(l.seg >= 0 ? p->sz : nullptr), (int)w.E, (int)w.topk, w.norm_topk, p->wsel, p->sel);
+    st = experts(m, i, n, err);
+    if (!st && l.sg >= 0) st = mlp(m, l.sg, l.su, l.sd, l.glu, p->xa, n, p->ysh, HS, err);
+    if (!st)
+      tp_moe_addnorm(g->st, p->yd, p->inv_dev, p->rowex, reinterpret_cast<const float *>(p->escale + m->E + 1),
+                     p->wsel, (int)w.topk, l.sg >= 0 ? p->ysh : nullptr, p->h, H, HS, nw, t->eps, x0, x1, xf, n);
+  }
+  if (st) return st;
+  CK(cudaGetLastError());
+  if (hidden)
+    CK(cudaMemcpy2DAsync(hidden, (size_t)H * 4, p->hid, (size_t)HS * 4, (size_t)H * 4, (size_t)n,
+                         cudaMemcpyDeviceToHost, g->st));
+  CK(cudaStreamSynchronize(g->st));
+  return MTPQ_OK;
+}

@@ -1,0 +1,114 @@
+// The target's prefill on the device (kernels/target_cuda.h,
+// mtpq__tcuda_prefill): a prompt chunk of up to TP_CHUNK tokens of one
+// sequence through the trunk with its products as GEMMs, the host side in
+// prefill.cu, the kernels in k_prefill.cu.
+//
+// Why a path of its own: a verify forward (t_enqueue) runs at most 8 tokens
+// and every token reads its own experts, so a 4K prompt took 512 forwards
+// that each read ~8 x top-k experts a layer (743 tokens/s on the 80B shape,
+// ledger 32). Here every weight is read once a chunk: the dense products
+// are cuBLAS GEMMs over the chunk; the routed experts are sorted by expert
+// on the host (the routing is copied back once a layer), each expert's rows
+// padded to a multiple of TP_PAD, the used experts dequantized to BF16, and
+// the experts of one padded row count are one batched GEMM (cuBLAS's
+// grouped GEMM takes no BF16 inputs into float32 outputs: status
+// NOT_SUPPORTED on CUDA 13.0); the attention is two GEMMs a KV head with a
+// causal softmax between them; the Gated DeltaNet recurrence runs eight
+// lanes a state column over the chunk's tokens, staged a tile at a time
+// (ledger 39).
+//
+// Numerics: weights go to the GEMMs as BF16 exactly as stored (BF16; FP8
+// and E2M1 x E4M3 block scale, both exact in BF16), their tensor scale as
+// the GEMM's alpha or in the SwiGLU that reads the product (a gate/up pair
+// has two); activations as two BF16 pieces hi + lo (each rounded to
+// nearest, so x to about 2^-16 of itself) in two GEMMs into one float32
+// sum. The attention's queries and probabilities go as two pieces too; the
+// K/V cache is BF16 as in every forward. So the results agree with the
+// CPU reference to float tolerance, not bit for bit; the GPU tests state it.
+#pragma once
+#include <cublas_v2.h>
+
+#include "kernels/cuda/target.cuh"
+
+#define TP_CHUNK MTPQ_TCUDA_PREFILL // prompt tokens a chunk (the GEMMs' columns; the experts' dequantization is paid once a chunk)
+#define TP_QB 256     // query rows a block of the attention's scores (bounds the scores' memory)
+#define TP_PAD 16     // an expert's routed rows are padded to a multiple of this (one batched GEMM a padded count)
+
+typedef __nv_bfloat16 bf16;
+
+// a prefill's workspace on the device, made at the first prefill and grown with the chunk and the context
+struct tpre {
+  cublasHandle_t cb = nullptr;
+  int64_t C = 0, L = 0; // tokens the chunk buffers hold; key positions the scores hold
+  int *tok = nullptr;
+  float *h = nullptr, *y = nullptr, *proj = nullptr, *mix = nullptr, *beta = nullptr, *dec = nullptr, *kq = nullptr;
+  float *o = nullptr;
+  float *qg = nullptr, *kk = nullptr, *vv = nullptr, *att = nullptr, *sc = nullptr;
+  float *pr = nullptr, *sz = nullptr, *wsel = nullptr, *ygu = nullptr, *yd = nullptr, *ysh = nullptr, *hid = nullptr;
+  int *sel = nullptr, *perm = nullptr, *rowex = nullptr; // perm: sorted row -> token (-1: padding), then inv;
+  const int *inv_dev = nullptr;                          // rowex: sorted row -> expert, then the used experts
+  float2 *escale = nullptr; // each expert's gate and up scales, then (as float) each down's
+  bf16 *xa[2] = {}, *xo[2] = {}, *xs[2] = {}, *xact[2] = {}, *qb[2] = {}, *pp[2] = {};
+  bf16 *wdq = nullptr, *wex = nullptr;           // dequantized weights: one dense product, a layer's experts
+  const void **ptrs = nullptr, **hptrs = nullptr; // the grouped GEMMs' pointer arrays: device, pinned host
+  int *hsort = nullptr;                          // pinned: perm, inv, rowex of a layer
+  int *hsel = nullptr;                           // pinned: the routing copied back [C][K]
+  std::vector<void *> allocs, chunk;             // the whole workspace; the part sized by C and L
+};
+
+void tpre_free(tpre *p);
+
+// ---- k_prefill.cu: the kernels' launchers (on stream st) ----
+
+// tokens' embedding rows into h [n][HS]
+void tp_embed(cudaStream_t st, const int *tok, const uint8_t *emb, int f32, int64_t H, int64_t HS, float *h, int n);
+// h += y (y may be NULL), then (1 + w) RMSNorm(h): as two BF16 pieces (x0, x1) or float32 (xf)
+void tp_addnorm(cudaStream_t st, const float *y, int64_t ys, float *h, int64_t H, int64_t HS, const float *w,
+                float eps, bf16 *x0, bf16 *x1, float *xf, int n);
+// h += sum_k wsel[t][k] dscale[e] yd[r] (r = inv[t K + k], e = rowex[r]) (+ wsel[t][K] ysh[t]), then the norm
+// as tp_addnorm
+void tp_moe_addnorm(cudaStream_t st, const float *yd, const int *inv, const int *rowex, const float *dscale,
+                    const float *wsel, int K, const float *ysh,
+                    float *h, int64_t H, int64_t HS, const float *w, float eps, bf16 *x0, bf16 *x1, float *xf, int n);
+// a product's weights as BF16, unscaled (E2M1 x block scale, E4M3, BF16)
+void tp_dequant(cudaStream_t st, const dlin *tab, int idx, int64_t rows, int64_t cols, bf16 *out);
+// the used experts' gate/up (rows interleaved gate i, up i) and down matrices as BF16 into out + e 3 IE H
+void tp_dequant_experts(cudaStream_t st, const dlin *tab, int ex, int E, bool pair, const int *used, int nused,
+                        int64_t IE, int64_t H, bf16 *out);
+// rows r: silu(g s_g) (u s_u) as two BF16 pieces [rows][ldo]; g of feature i at y[r ldy + i gs], u at + uo;
+// scales per row's expert (escale[rowex[r]]) or (sg, su) where rowex is NULL
+void tp_swiglu(cudaStream_t st, const float *y, int64_t ldy, int gs, int64_t uo, int64_t I, const int *rowex,
+               const float2 *escale, float sg, float su, bf16 *x0, bf16 *x1, int64_t ldo, int64_t rows);
+// sorted rows' inputs: xs[r] = xa[perm[r]] (both pieces; zeros where perm[r] < 0)
+void tp_gather(cudaStream_t st, bf16 *const *xa, const int *perm, int64_t HS, bf16 *const *xs, int64_t rows);
+
+struct tp_gdn_args {
+  const float *proj, *conv_w, *A_log, *dt_bias, *gnorm, *conv_old, *rec_old;
+  const int *chan_src, *z_src, *b_src, *a_src;
+  float *mix, *beta, *dec, *kq, *o, *conv_new, *rec_new;
+  bf16 *x0, *x1;
+  int HK, HV, dk, dv, Kc, conv_dim;
+  int64_t PS, VS;
+  float eps;
+};
+// Gated DeltaNet over n tokens from the state (conv_old, rec_old) to (conv_new, rec_new); the gated norm's
+// output as pieces x0, x1 [n][VS]
+void tp_gdn(cudaStream_t st, const tp_gdn_args &A, int n);
+
+struct tp_attn_args {
+  const float *qg, *qn;
+  float *sc, *att;
+  bf16 *q0, *q1, *p0, *p1, *x0, *x1;
+  int Nq, D, rot;
+  int64_t QGS, ATS, pos0, C;
+  float theta, eps;
+};
+// keys (normed, rotated) and values of n tokens at pos0.. into a layer's BF16 cache
+void tp_kv(cudaStream_t st, const float *kk, const float *vv, int64_t KVS, const float *kn, int Nkv, int D, int rot,
+           int64_t pos0, float theta, float eps, uint16_t *kc, uint16_t *vc, int n);
+// queries normed and rotated, as pieces q0, q1 [Nq][C][D]
+void tp_queries(cudaStream_t st, const tp_attn_args &A, int n);
+// scores sc [Nq][cb][L] of queries c0 .. c0 + cb softmaxed causally into the pieces p0, p1
+void tp_softmax(cudaStream_t st, const tp_attn_args &A, int64_t c0, int cb, int64_t L);
+// att x sigmoid(gate) as pieces x0, x1 [n][ATS]
+void tp_gate(cudaStream_t st, const tp_attn_args &A, int n);
