@@ -61,9 +61,7 @@ static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *e
   tpre *p = m->pre;
   const tp_shape sh = shape_of(m);
   enum mtpq_status st = MTPQ_OK;
-  if (!p->cb) {
-    if (cublasCreate(&p->cb) != CUBLAS_STATUS_SUCCESS || cublasSetStream(p->cb, m->ctx.st) != CUBLAS_STATUS_SUCCESS)
-      return mtpq_err_set(err, MTPQ_E_GPU, "cannot create a cuBLAS handle");
+  if (!p->cb) { // (the handle last: a workspace with a handle is whole; a failed one is undone here)
     st = palloc(p->allocs, &p->wdq, (size_t)sh.dense * 2, err);
     if (!st) st = palloc(p->allocs, &p->wex, (size_t)(sh.E * 3 * sh.IE * t->H) * 2, err);
     if (!st) st = palloc(p->allocs, &p->escale, (size_t)(sh.E + 1) * sizeof(float2) + (size_t)sh.E * 4, err);
@@ -72,7 +70,15 @@ static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *e
                                                       (size_t)(sh.E + 1) * sizeof(float2) + (size_t)sh.E * 4) !=
                    cudaSuccess)
       st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory");
-    if (st) return st;
+    if (!st && cublasCreate(&p->cb) != CUBLAS_STATUS_SUCCESS)
+      p->cb = nullptr, st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create a cuBLAS handle");
+    if (!st && cublasSetStream(p->cb, m->ctx.st) != CUBLAS_STATUS_SUCCESS)
+      st = mtpq_err_set(err, MTPQ_E_GPU, "cannot set the cuBLAS handle's stream");
+    if (st) {
+      tpre_free(p);
+      m->pre = nullptr;
+      return st;
+    }
   }
   if (p->C >= C && p->L >= L) return MTPQ_OK;
   C = std::max(C, p->C), L = std::max(L, p->L);
