@@ -38,7 +38,8 @@ void mtpq_sample_probs(const float *logits, int64_t V, const struct mtpq_samplin
     sum += probs[v];
   }
   for (int64_t v = 0; v < V; v++) probs[v] = (float)(probs[v] / sum);
-  const int topk = s->top_k > 0 && s->top_k<V, topp = s->top_p> 0 && s->top_p < 1;
+  const int topk = s->top_k > 0 && s->top_k < V;
+  const int topp = s->top_p > 0 && s->top_p < 1;
   if (!topk && !topp) return;
   /* Only the tokens at or above a threshold t are sorted: with t such that
    * they hold at least top_k tokens and at least top_p of the mass, the

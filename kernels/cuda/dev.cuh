@@ -101,10 +101,12 @@ __device__ __forceinline__ unsigned long long rt_argmax_key(float v, uint32_t ro
   return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
 }
 
+// the E2M1 code c (sign, 2 exponent bits, 1 mantissa bit) as float, built from its bits (a table indexed at
+// run time would sit in local memory): 0, 0.5, then (1 + m / 2) 2^(e - 1)
 __device__ __forceinline__ float rt_e2m1(int c) {
-  const float m[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float v = m[c & 7];
-  return (c & 8) ? -v : v;
+  const uint32_t u = (uint32_t)c, mag = u & 7u;
+  const uint32_t b = mag < 2u ? (mag ? 0x3F000000u : 0u) : (((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22);
+  return __uint_as_float(b | (u & 8u) << 28);
 }
 
 __device__ __forceinline__ float rt_e4m3(uint8_t b) {

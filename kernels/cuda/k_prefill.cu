@@ -85,20 +85,12 @@ void tp_moe_addnorm(cudaStream_t st, const float *yd, const int *inv, const int 
   k_p_moe_addnorm<<<n, 256, 0, st>>>(yd, inv, rowex, dscale, wsel, K, ysh, h, H, HS, w, eps, x0, x1, xf);
 }
 
-// the E2M1 code c (sign, 2 exponent bits, 1 mantissa bit) as float, from its bits (no table: a table indexed
-// at run time sits in local memory): 0, 0.5, then (1 + m / 2) 2^(e - 1)
-__device__ __forceinline__ float tp_e2m1(uint32_t c) {
-  const uint32_t mag = c & 7u;
-  const uint32_t b = mag < 2u ? (mag ? 0x3F000000u : 0u) : (((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22);
-  return __uint_as_float(b | (c & 8u) << 28);
-}
-
 // weight i of L unscaled (i < rows x cols)
 __device__ __forceinline__ float tp_weight(const dlin &L, int64_t i) {
   if (L.f == LIN_BF16) return rt_f32(reinterpret_cast<const uint16_t *>(L.w)[i]);
   if (L.f == LIN_FP8) return rt_e4m3(L.w[i]);
   const uint8_t b = L.w[i >> 1];
-  return tp_e2m1((i & 1) ? b >> 4 : b & 15) * rt_e4m3(L.sc[i >> 4]);
+  return rt_e2m1((i & 1) ? b >> 4 : b & 15) * rt_e4m3(L.sc[i >> 4]);
 }
 
 // weights i .. i + cnt - 1 of L unscaled into v (cnt <= 16); a whole aligned group of 16 in one load
@@ -108,7 +100,7 @@ __device__ __forceinline__ void tp_weights16(const dlin &L, int64_t i, int cnt, 
     const float sc = rt_e4m3(L.sc[i >> 4]);
     const uint32_t w[2] = {u.x, u.y};
 #pragma unroll
-    for (int k = 0; k < 16; k++) v[k] = tp_e2m1(w[k >> 3] >> (4 * (k & 7))) * sc;
+    for (int k = 0; k < 16; k++) v[k] = rt_e2m1((int)(w[k >> 3] >> (4 * (k & 7)))) * sc;
     return;
   }
   for (int k = 0; k < cnt; k++) v[k] = tp_weight(L, i + k);
@@ -251,7 +243,7 @@ __global__ void k_p_gdn_pre(tp_gdn_args A) {
     const float *p = A.proj + t * A.PS;
     const float a = p[A.a_src[h]] + A.dt_bias[h];
     A.beta[t * A.HV + h] = tk_sigm(p[A.b_src[h]]);
-    A.dec[t * A.HV + h] = expf(-expf(A.A_log[h]) * (a > 20.0f ? a : log1pf(expf(a))));
+    A.dec[t * A.HV + h] = expf(-expf(A.A_log[h]) * tk_softplus(a));
   }
 }
 
@@ -384,11 +376,7 @@ __global__ void k_p_queries(tp_attn_args A) {
   __shared__ float sh[32], qx[256];
   const int h = blockIdx.x, D = A.D;
   const int64_t t = blockIdx.y;
-  const float *q = A.qg + t * A.QGS + (int64_t)h * 2 * D;
-  float ss = 0.0f;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) ss += q[d] * q[d];
-  const float r = 1.0f / sqrtf(tk_block_sum(ss, sh) / (float)D + A.eps);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) qx[d] = q[d] * r * (1.0f + A.qn[d]);
+  tk_zcnorm(A.qg + t * A.QGS + (int64_t)h * 2 * D, A.qn, D, A.eps, qx, sh);
   __syncthreads();
   for (int j = threadIdx.x; j < A.rot / 2; j += blockDim.x) mtpq_rope_pair(qx, j, A.rot, A.pos0 + t, A.theta);
   __syncthreads();
@@ -436,10 +424,7 @@ __global__ void k_p_kv(const float *kk, const float *vv, int64_t KVS, const floa
   const int g = blockIdx.x;
   const int64_t t = blockIdx.y, pos = pos0 + t, KV = (int64_t)Nkv * D;
   const float *k = kk + t * KVS + (int64_t)g * D, *v = vv + t * KVS + (int64_t)g * D;
-  float ss = 0.0f;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) ss += k[d] * k[d];
-  const float r = 1.0f / sqrtf(tk_block_sum(ss, sh) / (float)D + eps);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) kx[d] = k[d] * r * (1.0f + kn[d]);
+  tk_zcnorm(k, kn, D, eps, kx, sh);
   __syncthreads();
   for (int j = threadIdx.x; j < rot / 2; j += blockDim.x) mtpq_rope_pair(kx, j, rot, pos, theta);
   __syncthreads();

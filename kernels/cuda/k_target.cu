@@ -11,16 +11,6 @@ extern "C" {
 #include "kernels/rope.h"
 }
 
-__device__ __forceinline__ float tk_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-// (1 + w) RMSNorm of row x [n] into y (block-wide; y may be x)
-__device__ void tk_zcnorm(const float *x, const float *w, int n, float eps, float *y, float *sh) {
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
-  const float r = 1.0f / sqrtf(tk_block_sum(ss, sh) / (float)n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * r * (1.0f + w[i]);
-}
-
 // grid T: the embedding row of each token, its argmax key cleared, layer 0's input norm
 __global__ void k_t_embed(tk_calls c, const uint8_t *emb, int f32, int64_t H, int64_t HS, const float *w,
                           float eps, float *h, float *a, unsigned long long *best) {

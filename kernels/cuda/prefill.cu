@@ -177,8 +177,9 @@ static enum mtpq_status batched(tpre *p, const std::vector<int> &bucket, int64_t
 // sorted by expert (stable: token order within an expert), each expert's rows padded to a multiple of TP_PAD
 // (zero inputs) so that the experts of one padded count are one batched GEMM (cuBLAS has no grouped GEMM
 // from BF16 into float32), the used experts dequantized, gate/up and down; expert outputs into yd (row
-// inv[t K + k] for token t's k-th expert, unscaled by the down's scale, which the add-norm applies)
-static enum mtpq_status experts(tgpu *m, int64_t i, int n, struct mtpq_err *err) {
+// (*inv)[t K + k] for token t's k-th expert, a device array, unscaled by the down's scale, which the add-norm
+// applies)
+static enum mtpq_status experts(tgpu *m, int64_t i, int n, const int **inv_dev, struct mtpq_err *err) {
   tpre *p = m->pre;
   gpu_session *g = &m->ctx;
   const tlayer_dev &l = m->L[(size_t)i];
@@ -230,7 +231,7 @@ static enum mtpq_status experts(tgpu *m, int64_t i, int n, struct mtpq_err *err)
   CK(cudaMemcpyAsync(p->rowex, rowex, (size_t)(R + nu) * 4, cudaMemcpyHostToDevice, g->st)); // rowex, used
   CK(cudaMemcpyAsync(p->escale, es, (size_t)(m->E + 1) * sizeof(float2) + (size_t)E * 4, cudaMemcpyHostToDevice,
                      g->st)); // escale, dscale
-  const int *dinv = p->perm + R;
+  *inv_dev = p->perm + R;
   tp_gather(g->st, p->xa, p->perm, HS, p->xs, R);
   tp_dequant_experts(g->st, g->w.lins, l.ex, E, l.glu, p->rowex + R, nu, IE, H, p->wex);
   // the batched GEMMs' pointer arrays: gate/up A, B0, B1, C, then down A, B0, B1, C (nu each)
@@ -252,7 +253,6 @@ static enum mtpq_status experts(tgpu *m, int64_t i, int n, struct mtpq_err *err)
   tp_swiglu(g->st, p->ygu, 2 * IE, 2, 1, IE, p->rowex, p->escale, 0.0f, 0.0f, p->xact[0], p->xact[1], IE, R);
   st = batched(p, bucket, H, IE, dp + 4 * nu, IE, dp + 5 * nu, dp + 6 * nu, IE, (void *const *)(dp + 7 * nu), H, rows,
                err);
-  p->inv_dev = dinv;
   return st;
 }
 
@@ -365,10 +365,11 @@ extern "C" enum mtpq_status mtpq__tcuda_prefill(void *ps, int n, const int32_t *
     if (st) break;
     go(g, false, k_t_route, dim3((unsigned)n), dim3(32), 0, (const float *)p->pr, (int64_t)w.E,
        (const float *)(l.seg >= 0 ? p->sz : nullptr), (int)w.E, (int)w.topk, w.norm_topk, p->wsel, p->sel);
-    st = experts(m, i, n, err);
+    const int *inv = nullptr;
+    st = experts(m, i, n, &inv, err);
     if (!st && l.sg >= 0) st = mlp(m, l.sg, l.su, l.sd, l.glu, p->xa, n, p->ysh, HS, err);
     if (!st)
-      tp_moe_addnorm(g->st, p->yd, p->inv_dev, p->rowex, reinterpret_cast<const float *>(p->escale + m->E + 1),
+      tp_moe_addnorm(g->st, p->yd, inv, p->rowex, reinterpret_cast<const float *>(p->escale + m->E + 1),
                      p->wsel, (int)w.topk, l.sg >= 0 ? p->ysh : nullptr, p->h, H, HS, nw, t->eps, x0, x1, xf, n);
   }
   if (st) return st;

@@ -45,8 +45,9 @@ struct tpre {
   float *o = nullptr;
   float *qg = nullptr, *kk = nullptr, *vv = nullptr, *att = nullptr, *sc = nullptr;
   float *pr = nullptr, *sz = nullptr, *wsel = nullptr, *ygu = nullptr, *yd = nullptr, *ysh = nullptr, *hid = nullptr;
-  int *sel = nullptr, *perm = nullptr, *rowex = nullptr; // perm: sorted row -> token (-1: padding), then inv;
-  const int *inv_dev = nullptr;                          // rowex: sorted row -> expert, then the used experts
+  // a layer's routed rows: perm, sorted row -> token (-1: padding), then its inverse; rowex, sorted row ->
+  // expert, then the used experts
+  int *sel = nullptr, *perm = nullptr, *rowex = nullptr;
   float2 *escale = nullptr; // each expert's gate and up scales, then (as float) each down's
   bf16 *xa[2] = {}, *xo[2] = {}, *xs[2] = {}, *xact[2] = {}, *qb[2] = {}, *pp[2] = {};
   bf16 *wdq = nullptr, *wex = nullptr;           // dequantized weights: one dense product, a layer's experts

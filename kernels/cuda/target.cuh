@@ -58,7 +58,7 @@ __host__ __device__ inline int64_t ta_grid(int64_t max_pos) {
   return a > (b < TA_SPLITS ? b : TA_SPLITS) ? a : (b < TA_SPLITS ? b : TA_SPLITS);
 }
 
-// the block reductions of the target's kernels (k_target.cu) and the prefill's (k_prefill.cu)
+// the device helpers of the target's kernels (k_target.cu) and the prefill's (k_prefill.cu)
 // sum over the block (blockDim a multiple of 32, at most 1024); sh: 32 floats; every thread gets it
 __device__ __forceinline__ float tk_block_sum(float v, float *sh) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -84,6 +84,15 @@ __device__ __forceinline__ float tk_block_max(float v, float *sh) {
 
 __device__ __forceinline__ float tk_sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tk_silu(float x) { return x * tk_sigm(x); }
+__device__ __forceinline__ float tk_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// (1 + w) RMSNorm of row x [n] into y (block-wide; y may be x)
+__device__ __forceinline__ void tk_zcnorm(const float *x, const float *w, int n, float eps, float *y, float *sh) {
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
+  const float r = 1.0f / sqrtf(tk_block_sum(ss, sh) / (float)n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * r * (1.0f + w[i]);
+}
 
 #define TK_EMAX 64 // experts a lane of the routing warp holds (E <= 32 TK_EMAX)
 
