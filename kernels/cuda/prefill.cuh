@@ -5,8 +5,8 @@
 //
 // Why a path of its own: a verify forward (t_enqueue) runs at most 8 tokens
 // and every token reads its own experts, so a 4K prompt took 512 forwards
-// that each read ~8 x top-k experts a layer (743 tokens/s on the 80B shape,
-// ledger 32). Here every weight is read once a chunk: the dense products
+// that each read ~8 x top-k experts a layer (ledger 32; the figures are in
+// ledger 39). Here every weight is read once a chunk: the dense products
 // are cuBLAS GEMMs over the chunk; the routed experts are sorted by expert
 // on the host (the routing is copied back once a layer), each expert's rows
 // padded to a multiple of TP_PAD, the used experts dequantized to BF16, and
