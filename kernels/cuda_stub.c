@@ -41,8 +41,9 @@ enum mtpq_status mtpq__cuda_step(void *g, int n, const int32_t *tokens, const vo
   (void)g, (void)n, (void)tokens, (void)hidden, (void)hidden_bf16, (void)positions, (void)out_hidden;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
-enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, float *logits, struct mtpq_err *err) {
-  (void)g, (void)hidden, (void)tok, (void)logits;
+enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, float *logits, int on_device,
+                                 struct mtpq_err *err) {
+  (void)g, (void)hidden, (void)tok, (void)logits, (void)on_device;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
 
@@ -92,4 +93,32 @@ double mtpq__tcuda_last_us(void *s) {
 }
 #else
 typedef int mtpq_cuda_stub_unused; /* ISO C forbids an empty translation unit */
+
+#include "kernels/sampler_cuda.h"
+
+enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, void **out, struct mtpq_err *err) {
+  (void)V, (void)nseq, (void)rows;
+  *out = NULL;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+void mtpq__csample_close(void *c) { (void)c; }
+float *mtpq__csample_row(void *c, int b, int r, int q) {
+  (void)c, (void)b, (void)r, (void)q;
+  return NULL;
+}
+enum mtpq_status mtpq__csample_copy(float *row, float *host, int64_t V, int to_dev, struct mtpq_err *err) {
+  (void)row, (void)host, (void)V, (void)to_dev;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+enum mtpq_status mtpq__csample_draft(void *c, int b, int r, const struct mtpq_sampling *sp, double u, int32_t *tok,
+                                     struct mtpq_err *err) {
+  (void)c, (void)b, (void)r, (void)sp, (void)u, (void)tok;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+enum mtpq_status mtpq__csample_accept(void *c, int n, const int *seq, const int *keff, const int32_t *const *d,
+                                      const struct mtpq_sampling *sp, const double *u, int *acc, int32_t *next,
+                                      int *used, struct mtpq_err *err) {
+  (void)c, (void)n, (void)seq, (void)keff, (void)d, (void)sp, (void)u, (void)acc, (void)next, (void)used;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
 #endif

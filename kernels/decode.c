@@ -1,11 +1,11 @@
 /* The live greedy draft/verify loop; see kernels/decode.h. */
 #include "kernels/decode.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/util.h"
+#include "kernels/sampler.h"
 #include "quant/numerics.h"
 
 /* The drafter reads the target's hidden states as a BF16 model hands them
@@ -251,24 +251,16 @@ enum mtpq_status mtpq_decode_greedy(struct mtpq_target *t, struct mtpq_rt_model 
 /* One sequence of a batched sampled decode. */
 struct sseq {
   struct gseq seq; /* what a greedy sequence has */
-  float *lg, *qq;  /* the target's logits (a row a token), the drafter's distributions q (a row a draft) */
-  float *pp;       /* the sequence's sampling scratch: a distribution, its sort keys */
-  uint64_t *keys;
   int32_t d[MTPQ_MAX_K + 1], v[MTPQ_MAX_K + 1];
   int keff;     /* this round's drafts (0: no speculation; -1: finished) */
   uint64_t rng; /* (sp->seed, stream + b): the stream the sequence alone would draw from */
 };
 
-static void sseq_free(struct sseq *g) {
-  gseq_free(&g->seq);
-  free(g->lg), free(g->qq), free(g->pp), free(g->keys);
-}
-
-/* the drafter's keff drafts for g (selected in dr), each drawn from its own distribution q (the same
- * temperature, top-k and top-p) into g->qq and fed back; dh: 2 H floats of room, lg V; *samp: the
- * seconds the draws took (the loop's own time, not the drafter's) */
-static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct sseq *g, int64_t H, int64_t V,
-                                      const struct mtpq_sampling *sp, float *dh, float *lg, double *samp,
+/* the drafter's keff drafts for sequence b (selected in dr), each drawn from its own distribution q (the
+ * same temperature, top-k and top-p; the sampler's draft rows) and fed back; dh: 2 H floats of room;
+ * *samp: the seconds the draws took (the loop's own time, not the drafter's) */
+static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct mtpq_sampler *smp, int b, struct sseq *g,
+                                      int64_t H, const struct mtpq_sampling *sp, float *dh, double *samp,
                                       struct mtpq_err *err) {
   const int64_t m = g->seq.c - g->seq.from;
   enum mtpq_status rc = catch_up(dr, &g->seq, 0, H, err);
@@ -281,33 +273,18 @@ static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct sseq *g, i
       if (rc) break;
       memcpy(dh, dh + H, (size_t)H * sizeof *dh);
     }
-    mtpq_session_head(dr, dh, &am, lg);
+    mtpq_session_head_at(dr, dh, &am, mtpq_sampler_q(smp, b, i));
+    if (am < 0) return mtpq_err_set(err, MTPQ_E_GPU, "sequence %d: the drafter's head failed at draft %d", b, i);
     const double s0 = mtpq__now();
-    mtpq_sample_probs(lg, V, sp, g->qq + (size_t)i * V, g->keys);
-    g->d[i] = mtpq_sample_draw(g->qq + (size_t)i * V, V, &g->rng);
+    rc = mtpq_sampler_draft(smp, b, i, sp, &g->rng, &g->d[i], err);
     *samp += mtpq__now() - s0;
   }
   return rc;
 }
 
-/* the round's acceptance for g from the target's distributions at c + 1 .. c + keff + 1 (g->lg): accept
- * d[j] with probability min(1, p/q), else draw from max(0, p - q); a bonus token from the last
- * distribution when all are accepted (keff = 0: the target's own draw); the state slot kept and the
- * round committed; g's own scratch and stream (the sequences' acceptances may run at once) */
-static enum mtpq_status accept_sampled(struct sseq *g, int64_t V, const struct mtpq_sampling *sp,
-                                       struct mtpq_err *err) {
-  float *pp = g->pp;
-  uint64_t *keys = g->keys;
-  int j = 0;
-  int32_t next = -1;
-  for (; j < g->keff; j++) {
-    mtpq_sample_probs(g->lg + (size_t)j * V, V, sp, pp, keys);
-    if (!mtpq_sample_reject(pp, g->qq + (size_t)j * V, V, g->d[j], &g->rng, &next)) break;
-  }
-  if (j == g->keff) {
-    mtpq_sample_probs(g->lg + (size_t)g->keff * V, V, sp, pp, keys);
-    next = mtpq_sample_draw(pp, V, &g->rng);
-  }
+/* the round's outcome for g: the target keeps the state slot of the j accepted drafts and the round is
+ * committed with next, the token after them (keff = 0: no speculation, the target's own draw) */
+static enum mtpq_status commit_sampled(struct sseq *g, int j, int32_t next, struct mtpq_err *err) {
   enum mtpq_status rc = mtpq_target_accept(g->seq.s, j, err);
   if (rc) return rc;
   if (!g->keff) { /* no speculation: the target's token, no round to count */
@@ -317,21 +294,6 @@ static enum mtpq_status accept_sampled(struct sseq *g, int64_t V, const struct m
   commit_round(g->seq.x, g->seq.N, g->seq.c, g->d, j, g->keff, next, &g->seq.acc);
   g->seq.from = g->seq.c, g->seq.c += j + 1;
   return MTPQ_OK;
-}
-
-/* One sequence's acceptance in a round, on a thread of its own (each has its own scratch and stream). */
-struct accept_job {
-  struct sseq *g;
-  int64_t V;
-  const struct mtpq_sampling *sp;
-  enum mtpq_status rc;
-  struct mtpq_err err;
-};
-
-static void *accept_worker(void *p) {
-  struct accept_job *j = p;
-  j->rc = accept_sampled(j->g, j->V, j->sp, &j->err);
-  return NULL;
 }
 
 enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
@@ -353,32 +315,36 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   for (int b = 0; b < B && !rc; b++) {
     struct sseq *g = &q[b];
     mtpq_rng_seed(&g->rng, sp->seed, stream + (uint64_t)b);
-    g->lg = malloc((size_t)(K1 * V) * sizeof *g->lg), g->qq = malloc((size_t)(K1 * V) * sizeof *g->qq);
-    g->pp = malloc((size_t)V * sizeof *g->pp), g->keys = malloc((size_t)V * sizeof *g->keys);
-    rc = !g->lg || !g->qq || !g->pp || !g->keys
-             ? mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory")
-             : gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], P[b] + n_new, (int)K1, err);
+    rc = gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], P[b] + n_new, (int)K1, err);
     most = g->seq.N > most ? g->seq.N : most;
   }
-  float *lg = malloc((size_t)V * sizeof *lg);       /* the drafter's head logits */
+  /* the distributions: where the backend makes the logits (on the CUDA backend they never cross to the host) */
+  struct mtpq_sampler *smp = NULL;
+  if (!rc) rc = mtpq_sampler_open(be, V, B, (int)K1, &smp, err);
   float *dh = malloc((size_t)(2 * H) * sizeof *dh); /* the drafter's own chain: its last output, the next */
-  if (!rc && (!lg || !dh)) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  if (!rc && !dh) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   struct mtpq_session *dr = NULL;
   if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, most, 0, B, &dr, err);
   struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, logits */
-  const int32_t *vt[MTPQ_MAX_SEQS];
+  const int32_t *vt[MTPQ_MAX_SEQS], *ad[MTPQ_MAX_SEQS];
   float *vh[MTPQ_MAX_SEQS], *vl[MTPQ_MAX_SEQS];
+  int as_[MTPQ_MAX_SEQS], ak[MTPQ_MAX_SEQS], aj[MTPQ_MAX_SEQS];
+  int32_t an[MTPQ_MAX_SEQS];
+  uint64_t *ar[MTPQ_MAX_SEQS];
   const double start = mtpq__now();
-  for (int b = 0; b < B && !rc; b++) { /* the prompts; each one's first token from its last token's logits */
+  for (int b = 0; b < B && !rc; b++) { /* the prompts; each one's first token drawn from its last token's logits */
     struct sseq *g = &q[b];
-    rc = prefill(g->seq.s, g->seq.x, P[b], g->seq.h, H, g->lg, err);
-    if (!rc) mtpq_sample_probs(g->lg, V, sp, g->pp, g->keys), g->seq.x[P[b]] = mtpq_sample_draw(g->pp, V, &g->rng);
+    const int zero = 0;
+    uint64_t *rp = &g->rng;
+    rc = prefill(g->seq.s, g->seq.x, P[b], g->seq.h, H, mtpq_sampler_p(smp, b, 0), err);
+    if (!rc) rc = mtpq_sampler_accept(smp, 1, &b, &zero, NULL, sp, &rp, aj, an, err);
+    if (!rc) g->seq.x[P[b]] = an[0];
   }
   const double gen0 = mtpq__now();
   double ts = 0, ds = 0, as = 0, samp = 0, t0;
   for (int live = B; !rc && live > 0;) {
-    /* the drafts of each live sequence (none without a drafter), then the target's distributions for all
-     * live sequences with the same number of drafts in one verify (mtpq_target_verify_many) */
+    /* the drafts of each live sequence (none without a drafter), then the target's logits for all live
+     * sequences with the same number of drafts in one verify (mtpq_target_verify_many), into the sampler */
     for (int b = 0; b < B && !rc; b++) {
       struct sseq *g = &q[b];
       g->keff = g->seq.c >= g->seq.N - 1 ? -1
@@ -387,7 +353,7 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
       if (g->keff < 1) continue;
       t0 = mtpq__now();
       rc = mtpq_session_select(dr, b, err);
-      if (!rc) rc = draft_sampled(dr, g, H, V, sp, dh, lg, &samp, err);
+      if (!rc) rc = draft_sampled(dr, smp, b, g, H, sp, dh, &samp, err);
       ds += mtpq__now() - t0;
     }
     t0 = mtpq__now();
@@ -398,28 +364,23 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
         if (g->keff != ke) continue;
         g->v[0] = g->seq.x[g->seq.c];
         memcpy(g->v + 1, g->d, (size_t)ke * sizeof *g->v);
-        vs[n] = g->seq.s, vt[n] = g->v, vh[n] = g->seq.h + g->seq.c * H, vl[n] = g->lg, n++;
+        vs[n] = g->seq.s, vt[n] = g->v, vh[n] = g->seq.h + g->seq.c * H, vl[n] = mtpq_sampler_p(smp, b, 0), n++;
       }
       if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, vl, NULL, err);
       for (int i = 0; i < n && !rc; i++) bf16_rows(vh[i], (ke + 1) * H);
     }
     ts += mtpq__now() - t0;
-    /* each live sequence's acceptance, the sequences at once (a thread each but the first; inline where a
-     * thread cannot start): their distributions over the vocabulary are most of a sampled round's host time */
+    /* the live sequences' acceptance together (the rejection steps and draws), then each one's state slot */
     t0 = mtpq__now();
-    struct accept_job jobs[MTPQ_MAX_SEQS];
-    pthread_t tid[MTPQ_MAX_SEQS];
-    int started[MTPQ_MAX_SEQS] = {0}, nj = 0;
-    for (int b = 0; b < B && !rc; b++)
-      if (q[b].keff >= 0) jobs[nj++] = (struct accept_job){&q[b], V, sp, MTPQ_OK, {0}};
-    for (int i = 1; i < nj; i++)
-      if (!(started[i] = pthread_create(&tid[i], NULL, accept_worker, &jobs[i]) == 0)) accept_worker(&jobs[i]);
-    if (nj) accept_worker(&jobs[0]);
+    int n = 0;
+    for (int b = 0; b < B; b++)
+      if (q[b].keff >= 0) as_[n] = b, ak[n] = q[b].keff, ad[n] = q[b].d, ar[n] = &q[b].rng, n++;
+    if (!rc && n) rc = mtpq_sampler_accept(smp, n, as_, ak, ad, sp, ar, aj, an, err);
     live = 0;
-    for (int i = 0; i < nj; i++) {
-      if (started[i]) pthread_join(tid[i], NULL);
-      if (!rc && jobs[i].rc) rc = jobs[i].rc, *err = jobs[i].err;
-      live += jobs[i].g->seq.c < jobs[i].g->seq.N - 1;
+    for (int i = 0; i < n && !rc; i++) {
+      struct sseq *g = &q[as_[i]];
+      rc = commit_sampled(g, aj[i], an[i], err);
+      live += g->seq.c < g->seq.N - 1;
     }
     as += mtpq__now() - t0;
   }
@@ -427,8 +388,9 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   for (int b = 0; b < B && st; b++) st[b] = q[b].seq.acc, st[b].draft_s = ds / B;
   if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds, as};
   mtpq_session_close(dr);
-  for (int b = 0; b < B; b++) sseq_free(&q[b]);
-  free(lg), free(dh);
+  mtpq_sampler_close(smp);
+  for (int b = 0; b < B; b++) gseq_free(&q[b].seq);
+  free(dh);
   return rc;
 }
 

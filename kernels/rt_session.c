@@ -135,11 +135,11 @@ enum mtpq_status mtpq_session_draft(struct mtpq_session *s, int n, const int32_t
   return st;
 }
 
-void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits) {
+static void head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits, int at) {
   struct mtpq_rt_model *d = s->d;
   if (s->gpu) {
     struct mtpq_err e;
-    if (mtpq__cuda_head(s->gpu, hidden, out_token, out_logits, &e) != MTPQ_OK) *out_token = -1;
+    if (mtpq__cuda_head(s->gpu, hidden, out_token, out_logits, at, &e) != MTPQ_OK) *out_token = -1;
     return;
   }
   if (!d->reduced) {
@@ -154,6 +154,14 @@ void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out
   }
   free(small);
   *out_token = (int32_t)d->ids[r];
+}
+
+void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits) {
+  head(s, hidden, out_token, out_logits, 0);
+}
+
+void mtpq_session_head_at(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *logits) {
+  head(s, hidden, out_token, logits, 1);
 }
 
 enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t *tokens,

@@ -94,6 +94,10 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
  * the lower id); out_logits (NULL or float32 [V]) gets the full-vocabulary
  * logits, -inf outside a reduced draft head. */
 void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits);
+/* The same with the logits (float32 [V], not NULL) where the session's
+ * backend keeps data: device memory on the CUDA backend (a sampler's draft
+ * row, kernels/sampler.h), host memory on the CPU. */
+void mtpq_session_head_at(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *logits);
 
 /* CUDA backend: time each kernel of one draft step (+ head) for the n
  * sequences of the last mtpq_session_draft, launched one by one with events

@@ -24,7 +24,9 @@ enum mtpq_status mtpq__cuda_flush_l2(void *g, struct mtpq_err *err);
 void mtpq__cuda_session_close(void *g);
 enum mtpq_status mtpq__cuda_step(void *g, int n, const int32_t *tokens, const void *hidden, int hidden_bf16,
                                  const int64_t *positions, float *out_hidden, struct mtpq_err *err);
-enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, float *logits, struct mtpq_err *err);
+/* logits: host memory, or device memory when on_device (a sampler's row, kernels/sampler.h) */
+enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, float *logits, int on_device,
+                                 struct mtpq_err *err);
 
 #ifdef __cplusplus
 }

@@ -151,7 +151,17 @@ extern "C" enum mtpq_status mtpq__cuda_step(void *p, int n, const int32_t *token
   return MTPQ_OK;
 }
 
-extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_t *tok, float *logits,
+// a reduced head's rows into full-vocabulary logits in device memory (-inf where it has no row)
+static __global__ void k_head_ninf(float *out, int64_t V) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < V) out[i] = -INFINITY;
+}
+static __global__ void k_head_scatter(const float *small, const int64_t *ids, int64_t rows, float *out) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < rows) out[ids[i]] = small[i];
+}
+
+extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_t *tok, float *logits, int on_device,
                                             struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);
   const struct mtpq_rt_model *d = g->d;
@@ -167,11 +177,21 @@ extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_
   launch_mv(g, logits ? g->plans[1].head_logits : g->plans[1].head);
   g->set.pdl = pdl;
   CK(cudaGetLastError());
+  if (logits && on_device) { // (a sampler's row: it stays on the device)
+    const int64_t R = d->head.rows;
+    if (d->reduced) {
+      k_head_ninf<<<(unsigned)((d->full_vocab + 255) / 256), 256, 0, g->st>>>(logits, d->full_vocab);
+      k_head_scatter<<<(unsigned)((R + 255) / 256), 256, 0, g->st>>>(g->x.logits, g->w.ids, R, logits);
+      CK(cudaGetLastError());
+    } else {
+      CK(cudaMemcpyAsync(logits, g->x.logits, (size_t)R * 4, cudaMemcpyDeviceToDevice, g->st));
+    }
+  }
   CK(cudaMemcpyAsync(g->io.h_best, g->x.best, sizeof(unsigned long long), cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
   int64_t row = (int64_t)(0xFFFFFFFFu - (uint32_t)(g->io.h_best[0] & 0xFFFFFFFFu));
   *tok = (int32_t)(d->reduced ? d->ids[row] : row);
-  if (logits) {
+  if (logits && !on_device) {
     std::vector<float> small((size_t)d->head.rows);
     CK(cudaMemcpy(small.data(), g->x.logits, small.size() * 4, cudaMemcpyDeviceToHost));
     if (d->reduced) {

@@ -1,0 +1,492 @@
+// The sampler's CUDA backend (kernels/sampler_cuda.h): the sampling
+// distribution of a row of logits, draws by inverse CDF and the rejection
+// step, one block of CS_T threads a row, on rows in device memory.
+//
+// The distribution is kernels/sample.c's definition computed another way.
+// softmax(l / temperature) as the reference (float exp, a double sum); then
+// the kept set without sorting: top-k keeps the tokens at or above the
+// k-th largest probability (ties included), top-p the most probable ones
+// of what top-k kept, in decreasing order with ties to the lower id, until
+// their mass reaches top_p of it. Both thresholds are found by a radix
+// search on the probability's bits (non-negative floats order as their
+// bits): each pass counts the tokens and sums the mass of the current key
+// range in CS_NB buckets (per-thread bins in shared memory: no atomics),
+// keeps the bucket where the count (top-k) or the mass (top-p) from the
+// top reaches the target, and narrows the range to it, CS_BITS bits a pass,
+// until one key is left. The threshold's ties are taken in id order from a
+// block-wide scan of their counts. Sums run in other orders than the
+// reference's, so a token exactly at a boundary may fall the other way
+// (the reference itself keeps a 1e-6 margin for its own orders).
+#include <cub/block/block_reduce.cuh>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+#include "io/cuda_status.h"
+}
+#include "kernels/sampler_cuda.h"
+
+#define CK(stmt) MTPQ_CUDA_TRY(stmt, err)
+
+constexpr int CS_T = 512;                        // threads a row
+constexpr int CS_BITS = 5, CS_NB = 1 << CS_BITS; // a search pass's buckets
+constexpr size_t CS_SMEM = (size_t)CS_NB * CS_T * 12; // the per-thread bins: a count and a (double) mass each
+constexpr uint32_t CS_ONE = 0x3F800001u;         // past the key of 1.0f: no probability reaches it
+constexpr int CS_MAXS = 8, CS_MAXR = 8;          // sequences, rows a sequence
+
+using BlockD = cub::BlockReduce<double, CS_T>;
+using BlockF = cub::BlockReduce<float, CS_T>;
+using BlockI = cub::BlockReduce<long long, CS_T>;
+
+struct cs_shared {
+  union {
+    BlockD::TempStorage d;
+    BlockF::TempStorage f;
+    BlockI::TempStorage i;
+  } cub;
+  long long bc[CS_NB];
+  double bm[CS_NB];
+  double dv;
+  float fv;
+  long long iv;
+  int tok, last, seg;
+  double segpre;
+  double ws[CS_T / 32]; // a warp's segment: its weight, its last token with weight, its ties before it
+  int wl[CS_T / 32], wi[CS_T / 32];
+  // the search's state: the key range [lo, hi), what lies above hi, the kept bucket's count and mass
+  uint32_t lo, hi;
+  long long above_c, eq_c;
+  double above_m, eq_m;
+  int found;
+};
+
+struct cs_max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// the row's settings and where a kernel's rows are
+struct cs_args {
+  float *p, *q;   // target rows [nseq][rows][V], draft rows [nseq][rows - 1][V]
+  long long V;
+  int rows;
+  float temp, top_p;
+  int top_k;
+  int n;                         // k_probs: rows listed; k_accept: sequences
+  short rs[CS_MAXS * CS_MAXR][2]; // k_cs_probs: (sequence, target row) of each block
+  int seq[CS_MAXS], keff[CS_MAXS];
+  int d[CS_MAXS][CS_MAXR];
+  double u[CS_MAXS][MTPQ_CSAMPLE_MAX_U];
+};
+
+// a sequence's outcome: accepted drafts, the next token, uniforms used
+struct cs_out {
+  int acc, next, used, pad;
+};
+
+__device__ __forceinline__ float *prow(const cs_args &a, int b, int r) {
+  return a.p + ((long long)b * a.rows + r) * a.V;
+}
+__device__ __forceinline__ float *qrow(const cs_args &a, int b, int r) {
+  return a.q + ((long long)b * (a.rows > 1 ? a.rows - 1 : 1) + r) * a.V;
+}
+
+constexpr int CS_W = CS_T / 32;
+
+// Warp w's segment of the row, whole groups of 32 ids: the walks in id order read it a group at a time
+// (lane i the group's i-th id: coalesced) and order the lanes by scans and ballots.
+__device__ __forceinline__ void wseg(long long V, long long *b, long long *e) {
+  const long long s = ((V + CS_W - 1) / CS_W + 31) / 32 * 32;
+  *b = min(V, (long long)(threadIdx.x >> 5) * s), *e = min(V, *b + s);
+}
+
+__device__ __forceinline__ double warp_dsum(double x) {
+  for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
+  return x;
+}
+__device__ __forceinline__ int warp_isum(int x) {
+  for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
+  return x;
+}
+__device__ __forceinline__ int warp_imax(int x) {
+  for (int o = 16; o; o >>= 1) x = max(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
+  return x;
+}
+
+// Among the keys in [lo, hi) of the row (above hi: nothing), the largest key t whose count (by_mass 0) or
+// mass (1) of keys >= t reaches target; into sh: lo = t, above_c / above_m what lies above it, eq_c / eq_m
+// what equals it, found 0 when even the whole range falls short (lo then stays the range's low end).
+__device__ void cs_select(const float *row, long long V, uint32_t lo, uint32_t hi, int by_mass, double target,
+                          cs_shared &sh, int *bc, double *bm) {
+  const int t = threadIdx.x;
+  if (t == 0) sh.lo = lo, sh.hi = hi, sh.above_c = 0, sh.above_m = 0, sh.found = 1;
+  __syncthreads();
+  do {
+    const uint32_t l = sh.lo, h = sh.hi;
+    int shift = 0;
+    while (((h - l - 1) >> shift) >= (uint32_t)CS_NB) shift++;
+    for (int b = 0; b < CS_NB; b++) bc[b * CS_T + t] = 0, bm[b * CS_T + t] = 0.0;
+    for (long long v = t; v < V; v += CS_T) {
+      const float x = row[v];
+      const uint32_t k = __float_as_uint(x);
+      if (k >= l && k < h) {
+        const int b = (int)((k - l) >> shift);
+        bc[b * CS_T + t]++, bm[b * CS_T + t] += x;
+      }
+    }
+    __syncthreads();
+    // a warp a bucket at a time: its lanes' sums of the threads' bins
+    const int w = t >> 5, lane = t & 31;
+    for (int b = w; b < CS_NB; b += CS_T / 32) {
+      long long c = 0;
+      double m = 0;
+      for (int i = lane; i < CS_T; i += 32) c += bc[b * CS_T + i], m += bm[b * CS_T + i];
+      for (int o = 16; o; o >>= 1) c += __shfl_down_sync(0xFFFFFFFFu, c, o), m += __shfl_down_sync(0xFFFFFFFFu, m, o);
+      if (lane == 0) sh.bc[b] = c, sh.bm[b] = m;
+    }
+    __syncthreads();
+    if (t == 0) {
+      int b = CS_NB - 1;
+      for (; b >= 0; b--) {
+        const double reach = by_mass ? sh.above_m + sh.bm[b] : (double)(sh.above_c + sh.bc[b]);
+        if (sh.bc[b] && reach >= target) break;
+        sh.above_c += sh.bc[b], sh.above_m += sh.bm[b];
+      }
+      if (b < 0) { // short of the target: the whole range
+        sh.found = 0, sh.above_c = 0, sh.above_m = 0;
+        sh.hi = l; // ends the search
+      } else {
+        const uint64_t nl = (uint64_t)l + ((uint64_t)b << shift), nh = nl + ((uint64_t)1 << shift);
+        sh.lo = (uint32_t)nl, sh.hi = (uint32_t)(nh < h ? nh : h), sh.eq_c = sh.bc[b], sh.eq_m = sh.bm[b];
+      }
+    }
+    __syncthreads();
+  } while (sh.hi - sh.lo > 1 && sh.found);
+}
+
+// The row's logits (in place) into the sampling distribution, as mtpq_sample_probs.
+__device__ void cs_probs(float *row, const cs_args &a, cs_shared &sh, int *bc, double *bm) {
+  const long long V = a.V;
+  const int t = threadIdx.x;
+  float mx = -INFINITY;
+  for (long long v = t; v < V; v += CS_T) mx = fmaxf(mx, row[v]);
+  mx = BlockF(sh.cub.f).Reduce(mx, cs_max{});
+  if (t == 0) sh.fv = mx;
+  __syncthreads();
+  mx = sh.fv;
+  double s = 0;
+  for (long long v = t; v < V; v += CS_T) {
+    const float x = row[v];
+    const float e = x == -INFINITY ? 0.0f : expf((x - mx) / a.temp);
+    row[v] = e, s += e;
+  }
+  s = BlockD(sh.cub.d).Sum(s);
+  if (t == 0) sh.dv = s;
+  __syncthreads();
+  const double sum = sh.dv;
+  double all = 0;
+  long long npos = 0;
+  for (long long v = t; v < V; v += CS_T) {
+    const float pv = (float)(row[v] / sum);
+    row[v] = pv, all += pv, npos += pv > 0;
+  }
+  const int topk = a.top_k > 0 && a.top_k < V, topp = a.top_p > 0 && a.top_p < 1;
+  __syncthreads(); // (the walks after read the row in other threads' order)
+  if (!topk && !topp) return;
+  all = BlockD(sh.cub.d).Sum(all);
+  __syncthreads();
+  npos = BlockI(sh.cub.i).Sum(npos);
+  if (t == 0) sh.iv = npos, sh.dv = all;
+  __syncthreads();
+  npos = sh.iv;
+  // top-k: the k-th largest probability (every positive token when there are no more than k)
+  uint32_t tk = 1;
+  double tot = sh.dv; // the mass top-k keeps: all of it, or (below) that of the keys at or above the k-th
+  if (topk && npos > a.top_k) {
+    cs_select(row, V, 1, CS_ONE, 0, (double)a.top_k, sh, bc, bm);
+    tk = sh.lo, tot = sh.above_m + sh.eq_m;
+  }
+  __syncthreads();
+  // top-p over what top-k kept: the threshold key, and how many of its ties (in id order) reach the mass
+  uint32_t tp = tk;
+  long long m = -1; // -1: all the ties
+  if (topp) {
+    const double target = (double)a.top_p * tot;
+    cs_select(row, V, tk, CS_ONE, 1, target, sh, bc, bm);
+    if (sh.found) {
+      tp = sh.lo;
+      const double pv = (double)__uint_as_float(tp);
+      long long need = (long long)ceil((target - sh.above_m) / pv);
+      need = need < 1 ? 1 : need > sh.eq_c ? sh.eq_c : need;
+      m = need;
+    }
+    __syncthreads();
+  }
+  // the kept tokens: keys above tp (and at or above tk), and the first m ties of tp in id order (their
+  // ranks from each warp's count of the ties before its segment, then a ballot a group)
+  const bool partial = m >= 0 && m < sh.eq_c;
+  const int lane = t & 31, w = t >> 5;
+  long long b0, e0;
+  wseg(V, &b0, &e0);
+  int base = 0;
+  if (partial) {
+    int ties = 0;
+    for (long long v = b0 + lane; v < e0; v += 32) ties += __float_as_uint(row[v]) == tp;
+    ties = warp_isum(ties);
+    if (lane == 0) sh.wi[w] = ties;
+    __syncthreads();
+    if (t == 0)
+      for (int i = 0, c = 0; i < CS_W; i++) {
+        const int x = sh.wi[i];
+        sh.wi[i] = c, c += x;
+      }
+    __syncthreads();
+    base = sh.wi[w];
+  }
+  double kept = 0;
+  for (int pass = 0; pass < 2; pass++) { // the kept mass, then the kept tokens renormalised
+    int rb = base;
+    for (long long g = b0; g < e0; g += 32) {
+      const long long v = g + lane;
+      const float x = v < e0 ? row[v] : 0.0f;
+      const uint32_t k = __float_as_uint(x);
+      const bool tie = v < e0 && k == tp && k >= 1;
+      const unsigned bal = __ballot_sync(0xFFFFFFFFu, tie);
+      const int rank = rb + __popc(bal & ((1u << lane) - 1));
+      rb += __popc(bal);
+      const bool keep = v < e0 && (k > tp || (tie && (!partial || rank < m)));
+      if (pass == 0 && keep) kept += x;
+      if (pass == 1 && v < e0) row[v] = keep ? (float)(x / kept) : 0.0f;
+    }
+    if (pass == 0) {
+      kept = BlockD(sh.cub.d).Sum(kept);
+      if (t == 0) sh.dv = kept;
+      __syncthreads();
+      kept = sh.dv;
+    }
+  }
+  __syncthreads();
+}
+
+// A draw by inverse CDF in id order over the weights w(v) (p, or max(0, p - q) with q), as the reference
+// walks: the first token whose running sum exceeds u (u already scaled by the total); the last token with
+// weight when u lies past the rounded total; -1 when nothing has weight. Each warp sums its segment, one
+// thread finds the segment u falls in, and that warp walks it a group at a time (a scan across the lanes).
+template <bool RES>
+__device__ int cs_walk(const float *p, const float *q, long long V, double u, cs_shared &sh) {
+  auto weight = [&](long long v) -> double {
+    return RES ? (p[v] > q[v] ? (double)p[v] - q[v] : 0.0) : (p[v] > 0 ? (double)p[v] : 0.0);
+  };
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  long long b0, e0;
+  wseg(V, &b0, &e0);
+  double s = 0;
+  int last = -1;
+  for (long long v = b0 + lane; v < e0; v += 32) {
+    const double x = weight(v);
+    if (x > 0) s += x, last = (int)v;
+  }
+  s = warp_dsum(s), last = warp_imax(last);
+  if (lane == 0) sh.ws[w] = s, sh.wl[w] = last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double pre = 0;
+    sh.seg = -1, sh.tok = -1, sh.last = -1;
+    for (int i = 0; i < CS_W; i++) {
+      sh.last = max(sh.last, sh.wl[i]);
+      if (sh.seg < 0 && sh.ws[i] > 0 && u < pre + sh.ws[i]) sh.seg = i, sh.segpre = pre;
+      pre += sh.ws[i];
+    }
+  }
+  __syncthreads();
+  if (w == sh.seg) {
+    double pre = sh.segpre;
+    int hit = -1;
+    for (long long g = b0; g < e0 && hit < 0; g += 32) {
+      const long long v = g + lane;
+      const double x = v < e0 ? weight(v) : 0.0;
+      double inc = x; // the group's running sum up to this lane
+      for (int o = 1; o < 32; o <<= 1) {
+        const double y = __shfl_up_sync(0xFFFFFFFFu, inc, o);
+        if (lane >= o) inc += y;
+      }
+      const unsigned m = __ballot_sync(0xFFFFFFFFu, x > 0 && u < pre + inc);
+      if (m) hit = (int)(g + __ffs(m) - 1);
+      pre += __shfl_sync(0xFFFFFFFFu, inc, 31);
+    }
+    if (lane == 0) sh.tok = hit; // (-1: rounding put u past the segment's walk: the last token below)
+  }
+  __syncthreads();
+  const int r = sh.tok >= 0 ? sh.tok : sh.last;
+  __syncthreads();
+  return r;
+}
+
+// the sum over the row of max(0, p - q), block-wide
+__device__ double cs_residual(const float *p, const float *q, long long V, cs_shared &sh) {
+  double s = 0;
+  for (long long v = threadIdx.x; v < V; v += CS_T) s += p[v] > q[v] ? (double)p[v] - q[v] : 0.0;
+  s = BlockD(sh.cub.d).Sum(s);
+  if (threadIdx.x == 0) sh.dv = s;
+  __syncthreads();
+  s = sh.dv;
+  __syncthreads();
+  return s;
+}
+
+// blocks: the rows a.rs lists, each into its distribution
+__global__ void __launch_bounds__(CS_T) k_cs_probs(cs_args a) {
+  extern __shared__ __align__(16) unsigned char dyn[];
+  __shared__ cs_shared sh;
+  double *bm = reinterpret_cast<double *>(dyn);
+  int *bc = reinterpret_cast<int *>(dyn + (size_t)CS_NB * CS_T * 8);
+  const int b = a.rs[blockIdx.x][0], r = a.rs[blockIdx.x][1];
+  cs_probs(prow(a, b, r), a, sh, bc, bm);
+}
+
+// one block: draft row (seq[0], keff[0]) into q, a token drawn with u[0][0]
+__global__ void __launch_bounds__(CS_T) k_cs_draft(cs_args a, cs_out *out) {
+  extern __shared__ __align__(16) unsigned char dyn[];
+  __shared__ cs_shared sh;
+  double *bm = reinterpret_cast<double *>(dyn);
+  int *bc = reinterpret_cast<int *>(dyn + (size_t)CS_NB * CS_T * 8);
+  float *q = qrow(a, a.seq[0], a.keff[0]);
+  cs_probs(q, a, sh, bc, bm);
+  const int tok = cs_walk<false>(q, q, a.V, a.u[0][0], sh);
+  if (threadIdx.x == 0) out[0] = cs_out{0, tok, 1, 0};
+}
+
+// a block a sequence: its rows already distributions (k_cs_probs); the rejection steps as
+// mtpq_sample_reject, then the bonus draw as mtpq_sample_draw, taking the uniforms in the same order
+__global__ void __launch_bounds__(CS_T) k_cs_accept(cs_args a, cs_out *out) {
+  __shared__ cs_shared sh;
+  const int i = blockIdx.x, b = a.seq[i], keff = a.keff[i];
+  const double *u = a.u[i];
+  int used = 0, j = 0, next = -1;
+  for (; j < keff; j++) {
+    const float *p = prow(a, b, j), *q = qrow(a, b, j);
+    const int d = a.d[i][j];
+    const double ut = u[used++];
+    const float qd = q[d], pd = p[d];
+    if (qd > 0 && ut * (double)qd < (double)pd) continue; // accepted
+    const double tot = cs_residual(p, q, a.V, sh);
+    const double w = u[used++] * tot;
+    next = cs_walk<true>(p, q, a.V, w, sh);
+    if (next < 0) next = cs_walk<false>(p, p, a.V, u[used++], sh); // nothing of p above q: p itself
+    break;
+  }
+  if (j == keff) {
+    const float *p = prow(a, b, keff);
+    next = cs_walk<false>(p, p, a.V, u[used++], sh);
+  }
+  if (threadIdx.x == 0) out[i] = cs_out{j, next, used, 0};
+}
+
+struct csampler {
+  long long V;
+  int nseq, rows;
+  float *p = nullptr, *q = nullptr;
+  cs_out *out = nullptr, *h_out = nullptr;
+  cudaStream_t st = nullptr;
+};
+
+extern "C" void mtpq__csample_close(void *c) {
+  csampler *s = static_cast<csampler *>(c);
+  if (!s) return;
+  cudaFree(s->p), cudaFree(s->q), cudaFree(s->out);
+  if (s->h_out) cudaFreeHost(s->h_out);
+  if (s->st) cudaStreamDestroy(s->st);
+  delete s;
+}
+
+static enum mtpq_status cs_alloc(csampler *s, struct mtpq_err *err) {
+  const size_t rowb = (size_t)s->V * 4;
+  CK(cudaMalloc(&s->p, rowb * (size_t)(s->nseq * s->rows)));
+  CK(cudaMalloc(&s->q, rowb * (size_t)(s->nseq * (s->rows > 1 ? s->rows - 1 : 1))));
+  CK(cudaMalloc(&s->out, sizeof(cs_out) * CS_MAXS));
+  CK(cudaMallocHost(&s->h_out, sizeof(cs_out) * CS_MAXS));
+  CK(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
+  CK(cudaFuncSetAttribute(k_cs_probs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)CS_SMEM));
+  CK(cudaFuncSetAttribute(k_cs_draft, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)CS_SMEM));
+  return MTPQ_OK;
+}
+
+extern "C" enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, void **out, struct mtpq_err *err) {
+  *out = nullptr;
+  if (nseq > CS_MAXS || rows > CS_MAXR || V >= ((int64_t)1 << 31))
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a CUDA sampler of %d sequences x %d rows (1..%d x 1..%d), %lld tokens",
+                        nseq, rows, CS_MAXS, CS_MAXR, (long long)V);
+  csampler *s = new csampler;
+  s->V = V, s->nseq = nseq, s->rows = rows;
+  enum mtpq_status rc = cs_alloc(s, err);
+  if (rc) {
+    mtpq__csample_close(s);
+    return rc;
+  }
+  *out = s;
+  return MTPQ_OK;
+}
+
+extern "C" float *mtpq__csample_row(void *c, int b, int r, int q) {
+  csampler *s = static_cast<csampler *>(c);
+  return q ? s->q + ((size_t)b * (size_t)(s->rows > 1 ? s->rows - 1 : 1) + (size_t)r) * (size_t)s->V
+           : s->p + ((size_t)b * (size_t)s->rows + (size_t)r) * (size_t)s->V;
+}
+
+extern "C" enum mtpq_status mtpq__csample_copy(float *row, float *host, int64_t V, int to_dev, struct mtpq_err *err) {
+  CK(cudaMemcpy(to_dev ? row : host, to_dev ? host : row, (size_t)V * 4, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+  return MTPQ_OK;
+}
+
+static cs_args cs_base(const csampler *s, const struct mtpq_sampling *sp) {
+  cs_args a;
+  memset(&a, 0, sizeof a);
+  a.p = s->p, a.q = s->q, a.V = s->V, a.rows = s->rows;
+  a.temp = sp->temperature, a.top_p = sp->top_p, a.top_k = sp->top_k;
+  return a;
+}
+
+extern "C" enum mtpq_status mtpq__csample_draft(void *c, int b, int r, const struct mtpq_sampling *sp, double u,
+                                                int32_t *tok, struct mtpq_err *err) {
+  csampler *s = static_cast<csampler *>(c);
+  cs_args a = cs_base(s, sp);
+  a.n = 1, a.seq[0] = b, a.keff[0] = r, a.u[0][0] = u;
+  k_cs_draft<<<1, CS_T, CS_SMEM, s->st>>>(a, s->out);
+  CK(cudaGetLastError());
+  CK(cudaMemcpyAsync(s->h_out, s->out, sizeof(cs_out), cudaMemcpyDeviceToHost, s->st));
+  CK(cudaStreamSynchronize(s->st));
+  *tok = s->h_out[0].next;
+  return MTPQ_OK;
+}
+
+extern "C" enum mtpq_status mtpq__csample_accept(void *c, int n, const int *seq, const int *keff,
+                                                 const int32_t *const *d, const struct mtpq_sampling *sp,
+                                                 const double *u, int *acc, int32_t *next, int *used,
+                                                 struct mtpq_err *err) {
+  csampler *s = static_cast<csampler *>(c);
+  if (n < 1) return MTPQ_OK;
+  cs_args a = cs_base(s, sp);
+  int nr = 0;
+  for (int i = 0; i < n; i++) {
+    a.seq[i] = seq[i], a.keff[i] = keff[i];
+    for (int j = 0; j < keff[i]; j++) {
+      if (d[i][j] < 0 || d[i][j] >= s->V)
+        return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "draft %d of sequence %d is token %d, outside the %lld", j, seq[i],
+                            d[i][j], (long long)s->V);
+      a.d[i][j] = d[i][j];
+    }
+    for (int k = 0; k < MTPQ_CSAMPLE_MAX_U; k++) a.u[i][k] = u[i * MTPQ_CSAMPLE_MAX_U + k];
+    for (int r = 0; r <= keff[i]; r++) a.rs[nr][0] = (short)seq[i], a.rs[nr][1] = (short)r, nr++;
+  }
+  a.n = n;
+  k_cs_probs<<<nr, CS_T, CS_SMEM, s->st>>>(a);
+  CK(cudaGetLastError());
+  k_cs_accept<<<n, CS_T, 0, s->st>>>(a, s->out);
+  CK(cudaGetLastError());
+  CK(cudaMemcpyAsync(s->h_out, s->out, sizeof(cs_out) * (size_t)n, cudaMemcpyDeviceToHost, s->st));
+  CK(cudaStreamSynchronize(s->st));
+  for (int i = 0; i < n; i++) acc[i] = s->h_out[i].acc, next[i] = s->h_out[i].next, used[i] = s->h_out[i].used;
+  return MTPQ_OK;
+}
