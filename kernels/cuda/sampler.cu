@@ -18,6 +18,7 @@
 // reference's, so a token exactly at a boundary may fall the other way
 // (the reference itself keeps a 1e-6 margin for its own orders).
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -40,12 +41,16 @@ constexpr int CS_MAXS = 8, CS_MAXR = 8;          // sequences, rows a sequence
 using BlockD = cub::BlockReduce<double, CS_T>;
 using BlockF = cub::BlockReduce<float, CS_T>;
 using BlockI = cub::BlockReduce<long long, CS_T>;
+using ScanD = cub::BlockScan<double, CS_T>;
+using ScanI = cub::BlockScan<int, CS_T>;
 
 struct cs_shared {
   union {
     BlockD::TempStorage d;
     BlockF::TempStorage f;
     BlockI::TempStorage i;
+    ScanD::TempStorage sd;
+    ScanI::TempStorage si;
   } cub;
   long long bc[CS_NB];
   double bm[CS_NB];
@@ -54,8 +59,6 @@ struct cs_shared {
   long long iv;
   int tok, last, seg;
   double segpre;
-  double ws[CS_T / 32]; // a warp's segment: its weight, its last token with weight, its ties before it
-  int wl[CS_T / 32], wi[CS_T / 32];
   // the search's state: the key range [lo, hi), what lies above hi, the kept bucket's count and mass
   uint32_t lo, hi;
   long long above_c, eq_c;
@@ -93,26 +96,55 @@ __device__ __forceinline__ float *qrow(const cs_args &a, int b, int r) {
   return a.q + ((long long)b * (a.rows > 1 ? a.rows - 1 : 1) + r) * a.V;
 }
 
-constexpr int CS_W = CS_T / 32;
-
-// Warp w's segment of the row, whole groups of 32 ids: the walks in id order read it a group at a time
-// (lane i the group's i-th id: coalesced) and order the lanes by scans and ballots.
-__device__ __forceinline__ void wseg(long long V, long long *b, long long *e) {
-  const long long s = ((V + CS_W - 1) / CS_W + 31) / 32 * 32;
-  *b = min(V, (long long)(threadIdx.x >> 5) * s), *e = min(V, *b + s);
+// Every element of the row, each thread its strided share: 16-byte loads where the row allows them (V a
+// multiple of 4: the rows then sit at 16-byte boundaries), a few in flight per thread (one block reads a
+// row: its loads' latency, not the bytes, sets the time).
+template <class F> __device__ __forceinline__ void cs_each(const float *row, long long V, F f) {
+  if (!(V & 3)) {
+    const float4 *r4 = reinterpret_cast<const float4 *>(row);
+#pragma unroll 4
+    for (long long i = threadIdx.x; i < (V >> 2); i += CS_T) {
+      const float4 x = r4[i];
+      f(4 * i, x.x), f(4 * i + 1, x.y), f(4 * i + 2, x.z), f(4 * i + 3, x.w);
+    }
+  } else {
+    for (long long v = threadIdx.x; v < V; v += CS_T) f(v, row[v]);
+  }
 }
 
-__device__ __forceinline__ double warp_dsum(double x) {
-  for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
-  return x;
+// the same, each element replaced by f's value
+template <class F> __device__ __forceinline__ void cs_map(float *row, long long V, F f) {
+  if (!(V & 3)) {
+    float4 *r4 = reinterpret_cast<float4 *>(row);
+#pragma unroll 4
+    for (long long i = threadIdx.x; i < (V >> 2); i += CS_T) {
+      const float4 x = r4[i];
+      r4[i] = make_float4(f(4 * i, x.x), f(4 * i + 1, x.y), f(4 * i + 2, x.z), f(4 * i + 3, x.w));
+    }
+  } else {
+    for (long long v = threadIdx.x; v < V; v += CS_T) row[v] = f(v, row[v]);
+  }
 }
-__device__ __forceinline__ int warp_isum(int x) {
-  for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
-  return x;
+
+// Thread t's contiguous chunk [b, e) of the row (whole 16-byte groups where the row allows them): the
+// passes in id order walk their chunks and order the threads by a block-wide scan.
+__device__ __forceinline__ void cs_chunk(long long V, int t, long long *b, long long *e) {
+  const long long g = (V & 3) ? 1 : 4, c = ((V / g + CS_T - 1) / CS_T) * g;
+  *b = min(V, (long long)t * c), *e = min(V, *b + c);
 }
-__device__ __forceinline__ int warp_imax(int x) {
-  for (int o = 16; o; o >>= 1) x = max(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
-  return x;
+
+// f(v, p[v], q[v]) over this thread's chunk in id order (q may be p)
+template <class F> __device__ __forceinline__ void cs_span(const float *p, const float *q, long long V, F f) {
+  long long b, e;
+  cs_chunk(V, threadIdx.x, &b, &e);
+  if (!(V & 3)) {
+    for (long long i = b; i < e; i += 4) {
+      const float4 x = *reinterpret_cast<const float4 *>(p + i), y = *reinterpret_cast<const float4 *>(q + i);
+      f(i, x.x, y.x), f(i + 1, x.y, y.y), f(i + 2, x.z, y.z), f(i + 3, x.w, y.w);
+    }
+  } else {
+    for (long long v = b; v < e; v++) f(v, p[v], q[v]);
+  }
 }
 
 // Among the keys in [lo, hi) of the row (above hi: nothing), the largest key t whose count (by_mass 0) or
@@ -128,14 +160,13 @@ __device__ void cs_select(const float *row, long long V, uint32_t lo, uint32_t h
     int shift = 0;
     while (((h - l - 1) >> shift) >= (uint32_t)CS_NB) shift++;
     for (int b = 0; b < CS_NB; b++) bc[b * CS_T + t] = 0, bm[b * CS_T + t] = 0.0;
-    for (long long v = t; v < V; v += CS_T) {
-      const float x = row[v];
+    cs_each(row, V, [&](long long, float x) {
       const uint32_t k = __float_as_uint(x);
       if (k >= l && k < h) {
         const int b = (int)((k - l) >> shift);
         bc[b * CS_T + t]++, bm[b * CS_T + t] += x;
       }
-    }
+    });
     __syncthreads();
     // a warp a bucket at a time: its lanes' sums of the threads' bins
     const int w = t >> 5, lane = t & 31;
@@ -171,27 +202,28 @@ __device__ void cs_probs(float *row, const cs_args &a, cs_shared &sh, int *bc, d
   const long long V = a.V;
   const int t = threadIdx.x;
   float mx = -INFINITY;
-  for (long long v = t; v < V; v += CS_T) mx = fmaxf(mx, row[v]);
+  cs_each(row, V, [&](long long, float x) { mx = fmaxf(mx, x); });
   mx = BlockF(sh.cub.f).Reduce(mx, cs_max{});
   if (t == 0) sh.fv = mx;
   __syncthreads();
   mx = sh.fv;
   double s = 0;
-  for (long long v = t; v < V; v += CS_T) {
-    const float x = row[v];
+  cs_map(row, V, [&](long long, float x) {
     const float e = x == -INFINITY ? 0.0f : expf((x - mx) / a.temp);
-    row[v] = e, s += e;
-  }
+    s += e;
+    return e;
+  });
   s = BlockD(sh.cub.d).Sum(s);
   if (t == 0) sh.dv = s;
   __syncthreads();
   const double sum = sh.dv;
   double all = 0;
   long long npos = 0;
-  for (long long v = t; v < V; v += CS_T) {
-    const float pv = (float)(row[v] / sum);
-    row[v] = pv, all += pv, npos += pv > 0;
-  }
+  cs_map(row, V, [&](long long, float x) {
+    const float pv = (float)(x / sum);
+    all += pv, npos += pv > 0;
+    return pv;
+  });
   const int topk = a.top_k > 0 && a.top_k < V, topp = a.top_p > 0 && a.top_p < 1;
   __syncthreads(); // (the walks after read the row in other threads' order)
   if (!topk && !topp) return;
@@ -224,102 +256,99 @@ __device__ void cs_probs(float *row, const cs_args &a, cs_shared &sh, int *bc, d
     }
     __syncthreads();
   }
-  // the kept tokens: keys above tp (and at or above tk), and the first m ties of tp in id order (their
-  // ranks from each warp's count of the ties before its segment, then a ballot a group)
+  // the kept tokens: keys above tp (and at or above tk), and the first m ties of tp in id order (ranked
+  // by a scan of the threads' counts of them)
   const bool partial = m >= 0 && m < sh.eq_c;
-  const int lane = t & 31, w = t >> 5;
-  long long b0, e0;
-  wseg(V, &b0, &e0);
-  int base = 0;
+  int r0 = 0;
   if (partial) {
     int ties = 0;
-    for (long long v = b0 + lane; v < e0; v += 32) ties += __float_as_uint(row[v]) == tp;
-    ties = warp_isum(ties);
-    if (lane == 0) sh.wi[w] = ties;
+    cs_span(row, row, V, [&](long long, float x, float) { ties += __float_as_uint(x) == tp; });
+    ScanI(sh.cub.si).ExclusiveSum(ties, r0);
     __syncthreads();
-    if (t == 0)
-      for (int i = 0, c = 0; i < CS_W; i++) {
-        const int x = sh.wi[i];
-        sh.wi[i] = c, c += x;
-      }
-    __syncthreads();
-    base = sh.wi[w];
   }
+  auto keep = [&](float x, int &r) {
+    const uint32_t k = __float_as_uint(x);
+    return k > tp || (k == tp && k >= 1 && (!partial || r++ < m));
+  };
   double kept = 0;
-  for (int pass = 0; pass < 2; pass++) { // the kept mass, then the kept tokens renormalised
-    int rb = base;
-    for (long long g = b0; g < e0; g += 32) {
-      const long long v = g + lane;
-      const float x = v < e0 ? row[v] : 0.0f;
-      const uint32_t k = __float_as_uint(x);
-      const bool tie = v < e0 && k == tp && k >= 1;
-      const unsigned bal = __ballot_sync(0xFFFFFFFFu, tie);
-      const int rank = rb + __popc(bal & ((1u << lane) - 1));
-      rb += __popc(bal);
-      const bool keep = v < e0 && (k > tp || (tie && (!partial || rank < m)));
-      if (pass == 0 && keep) kept += x;
-      if (pass == 1 && v < e0) row[v] = keep ? (float)(x / kept) : 0.0f;
+  int r = r0;
+  cs_span(row, row, V, [&](long long, float x, float) {
+    if (keep(x, r)) kept += x;
+  });
+  kept = BlockD(sh.cub.d).Sum(kept);
+  if (t == 0) sh.dv = kept;
+  __syncthreads();
+  kept = sh.dv;
+  r = r0;
+  auto norm = [&](float x) { return keep(x, r) ? (float)(x / kept) : 0.0f; };
+  long long b0, e0;
+  cs_chunk(V, t, &b0, &e0);
+  if (!(V & 3)) {
+    for (long long i = b0; i < e0; i += 4) {
+      float4 *x4 = reinterpret_cast<float4 *>(row + i);
+      const float4 x = *x4;
+      const float y0 = norm(x.x), y1 = norm(x.y), y2 = norm(x.z), y3 = norm(x.w); // (in id order: the ranks)
+      *x4 = make_float4(y0, y1, y2, y3);
     }
-    if (pass == 0) {
-      kept = BlockD(sh.cub.d).Sum(kept);
-      if (t == 0) sh.dv = kept;
-      __syncthreads();
-      kept = sh.dv;
-    }
+  } else {
+    for (long long v = b0; v < e0; v++) row[v] = norm(row[v]);
   }
   __syncthreads();
 }
 
 // A draw by inverse CDF in id order over the weights w(v) (p, or max(0, p - q) with q), as the reference
 // walks: the first token whose running sum exceeds u (u already scaled by the total); the last token with
-// weight when u lies past the rounded total; -1 when nothing has weight. Each warp sums its segment, one
-// thread finds the segment u falls in, and that warp walks it a group at a time (a scan across the lanes).
+// weight when u lies past the rounded total; -1 when nothing has weight. The threads sum their chunks, a
+// scan finds the chunk u falls in, and warp 0 walks that chunk: a stretch a lane, a scan across the lanes,
+// then the lane where u falls walks its stretch.
 template <bool RES>
 __device__ int cs_walk(const float *p, const float *q, long long V, double u, cs_shared &sh) {
-  auto weight = [&](long long v) -> double {
-    return RES ? (p[v] > q[v] ? (double)p[v] - q[v] : 0.0) : (p[v] > 0 ? (double)p[v] : 0.0);
+  auto wt = [](float pv, float qv) -> double {
+    return RES ? (pv > qv ? (double)pv - qv : 0.0) : (pv > 0 ? (double)pv : 0.0);
   };
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  long long b0, e0;
-  wseg(V, &b0, &e0);
+  const int t = threadIdx.x, lane = t & 31;
   double s = 0;
   int last = -1;
-  for (long long v = b0 + lane; v < e0; v += 32) {
-    const double x = weight(v);
+  cs_span(p, RES ? q : p, V, [&](long long v, float pv, float qv) {
+    const double x = wt(pv, qv);
     if (x > 0) s += x, last = (int)v;
-  }
-  s = warp_dsum(s), last = warp_imax(last);
-  if (lane == 0) sh.ws[w] = s, sh.wl[w] = last;
+  });
+  double pre;
+  ScanD(sh.cub.sd).ExclusiveSum(s, pre);
+  if (t == 0) sh.seg = -1, sh.tok = -1, sh.last = -1;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double pre = 0;
-    sh.seg = -1, sh.tok = -1, sh.last = -1;
-    for (int i = 0; i < CS_W; i++) {
-      sh.last = max(sh.last, sh.wl[i]);
-      if (sh.seg < 0 && sh.ws[i] > 0 && u < pre + sh.ws[i]) sh.seg = i, sh.segpre = pre;
-      pre += sh.ws[i];
+  if (last >= 0) atomicMax(&sh.last, last);
+  if (s > 0 && u >= pre && u < pre + s) sh.seg = t, sh.segpre = pre;
+  __syncthreads();
+  if (t < 32 && sh.seg >= 0) {
+    long long b, e;
+    cs_chunk(V, sh.seg, &b, &e);
+    const long long L = (e - b + 31) / 32, lb = min(e, b + lane * L), le = min(e, lb + L);
+    double ls = 0;
+    for (long long v = lb; v < le; v++) ls += wt(p[v], RES ? q[v] : p[v]);
+    double exc = ls; // the lanes' stretches before this one
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(0xFFFFFFFFu, exc, o);
+      if (lane >= o) exc += y;
     }
-  }
-  __syncthreads();
-  if (w == sh.seg) {
-    double pre = sh.segpre;
-    int hit = -1;
-    for (long long g = b0; g < e0 && hit < 0; g += 32) {
-      const long long v = g + lane;
-      const double x = v < e0 ? weight(v) : 0.0;
-      double inc = x; // the group's running sum up to this lane
-      for (int o = 1; o < 32; o <<= 1) {
-        const double y = __shfl_up_sync(0xFFFFFFFFu, inc, o);
-        if (lane >= o) inc += y;
+    exc -= ls;
+    const double base = sh.segpre + exc;
+    const unsigned m = __ballot_sync(0xFFFFFFFFu, ls > 0 && u < base + ls);
+    if (m && lane == __ffs(m) - 1) {
+      double acc = base;
+      for (long long v = lb; v < le; v++) {
+        const double x = wt(p[v], RES ? q[v] : p[v]);
+        if (x <= 0) continue;
+        acc += x;
+        if (u < acc) {
+          sh.tok = (int)v;
+          break;
+        }
       }
-      const unsigned m = __ballot_sync(0xFFFFFFFFu, x > 0 && u < pre + inc);
-      if (m) hit = (int)(g + __ffs(m) - 1);
-      pre += __shfl_sync(0xFFFFFFFFu, inc, 31);
     }
-    if (lane == 0) sh.tok = hit; // (-1: rounding put u past the segment's walk: the last token below)
   }
   __syncthreads();
-  const int r = sh.tok >= 0 ? sh.tok : sh.last;
+  const int r = sh.tok >= 0 ? sh.tok : sh.last; // (-1 above: rounding put u past the walk: the last token)
   __syncthreads();
   return r;
 }
@@ -327,7 +356,7 @@ __device__ int cs_walk(const float *p, const float *q, long long V, double u, cs
 // the sum over the row of max(0, p - q), block-wide
 __device__ double cs_residual(const float *p, const float *q, long long V, cs_shared &sh) {
   double s = 0;
-  for (long long v = threadIdx.x; v < V; v += CS_T) s += p[v] > q[v] ? (double)p[v] - q[v] : 0.0;
+  cs_span(p, q, V, [&](long long, float pv, float qv) { s += pv > qv ? (double)pv - qv : 0.0; });
   s = BlockD(sh.cub.d).Sum(s);
   if (threadIdx.x == 0) sh.dv = s;
   __syncthreads();
