@@ -395,8 +395,9 @@ int cmd_bench_decode(int argc, char **argv) {
            "difference, the same prompts resampled for both (paired)\n",
            p.n, MTPQ_BOOTSTRAP_ITERS);
     printf("tokens/s: generated tokens / generation wall time (the prompt's prefill apart: %.2f s in all for no "
-           "speculation); target/draft/accept/other: shares of the generation time (accept: the acceptance on the "
-           "host, and with sampling every distribution drawn from)%s\n",
+           "speculation); target/draft/accept/other: shares of the generation time (accept: the acceptance; sampled, "
+           "every distribution drawn from, the draws and the rejection steps, where the backend keeps the "
+           "logits)%s\n",
            runs[0].tm.prefill_s,
            be == MTPQ_BACKEND_CPU ? "; the CPU backend is the float32 scalar reference: its speeds say nothing of "
                                     "a GPU's"

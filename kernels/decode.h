@@ -24,10 +24,11 @@
 
 /* Wall-clock seconds of one decode: the prompt's prefill, then the
  * generation (target: its verify or decode forwards; draft: the drafter's
- * catch-up and drafting; accept: the acceptance on the host: greedy, the
- * drafts compared with the target's tokens; sampled, every distribution
- * the loop samples from (the drafts' q, the target's p), the rejection
- * step and the draws; the state slot kept; the rest is the loop's own
+ * catch-up and drafting; accept: the acceptance: greedy, the drafts
+ * compared with the target's tokens on the host; sampled, every
+ * distribution the loop samples from (the drafts' q, the target's p), the
+ * rejection step and the draws, where the backend keeps the logits
+ * (kernels/sampler.h); the state slot kept; the rest is the loop's own
  * work). */
 struct mtpq_decode_times {
   double prefill_s, gen_s, target_s, draft_s, accept_s;
@@ -91,7 +92,9 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
  * normalised, a bonus token from p when all are accepted: the output is
  * distributed as the target's own sampling. drafter NULL: no speculation.
  * The random stream is (sp->seed, stream): the same pair, the same output
- * (on one backend). st counts acceptance as the greedy loop does. */
+ * (on one backend). The distributions are made where the backend keeps
+ * the logits (kernels/sampler.h: on the device on the CUDA backend). st
+ * counts acceptance as the greedy loop does. */
 enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k,
                                     const struct mtpq_sampling *sp, uint64_t stream, int32_t *out,

@@ -61,17 +61,9 @@ START_TEST(test_sampled_distribution) {
     obs[out[P + 1]]++;
     if (spec) st.k = 2, mtpq_accept_add(&all, &st);
   }
-  double chi = 0, rest_e = 0;
-  int64_t rest_o = 0;
-  int bins = 0;
-  for (int64_t v = 0; v < V; v++) {
-    if (ex[v] >= 5)
-      chi += (obs[v] - ex[v]) * (obs[v] - ex[v]) / ex[v], bins++;
-    else
-      rest_e += ex[v], rest_o += obs[v];
-  }
-  if (rest_e > 0) chi += (rest_o - rest_e) * (rest_o - rest_e) / rest_e, bins++;
-  const double pv = chi2_sf(chi, bins - 1);
+  double chi;
+  int bins;
+  const double pv = chi2_test(ex, obs, V, &chi, &bins);
   printf("sampled (temperature %.1f, top-p %.1f, top-k %d) %s: chi-square %.1f over %d bins, p = %.3f", sp->temperature,
          sp->top_p, sp->top_k, spec ? "with speculation (k = 2)" : "without speculation", chi, bins, pv);
   if (spec)

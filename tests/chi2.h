@@ -4,6 +4,7 @@
 #define MTPQ_TESTS_CHI2_H
 
 #include <math.h>
+#include <stdint.h>
 
 /* the upper tail of the chi-square distribution with df degrees of
  * freedom at x: Q(df/2, x/2), the regularised upper incomplete gamma
@@ -29,6 +30,25 @@ static inline double chi2_sf(double x, int df) {
     if (fabs(del - 1) < 1e-15) break;
   }
   return exp(-z + a * log(z) - lg) * h;
+}
+
+/* Pearson's test of observed counts obs[0, n) against expected counts
+ * ex[0, n): the tokens expected at least 5 times a bin each, the rest
+ * pooled into one; the statistic into *chi, the bins into *bins; returns
+ * the p-value. */
+static inline double chi2_test(const double *ex, const int64_t *obs, int64_t n, double *chi, int *bins) {
+  double c = 0, rest_e = 0;
+  int64_t rest_o = 0;
+  int k = 0;
+  for (int64_t v = 0; v < n; v++) {
+    if (ex[v] >= 5)
+      c += (obs[v] - ex[v]) * (obs[v] - ex[v]) / ex[v], k++;
+    else
+      rest_e += ex[v], rest_o += obs[v];
+  }
+  if (rest_e > 0) c += (rest_o - rest_e) * (rest_o - rest_e) / rest_e, k++;
+  *chi = c, *bins = k;
+  return k > 1 ? chi2_sf(c, k - 1) : 0.0;
 }
 
 #endif
