@@ -326,19 +326,20 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   struct mtpq_session *dr = NULL;
   if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, most, 0, B, &dr, err);
   struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, logits */
-  const int32_t *vt[MTPQ_MAX_SEQS], *ad[MTPQ_MAX_SEQS];
+  const int32_t *vt[MTPQ_MAX_SEQS], *adraft[MTPQ_MAX_SEQS];
   float *vh[MTPQ_MAX_SEQS], *vl[MTPQ_MAX_SEQS];
-  int as_[MTPQ_MAX_SEQS], ak[MTPQ_MAX_SEQS], aj[MTPQ_MAX_SEQS];
-  int32_t an[MTPQ_MAX_SEQS];
-  uint64_t *ar[MTPQ_MAX_SEQS];
+  /* an acceptance: its sequences, their drafts and streams; the drafts accepted and the tokens after them */
+  int aseq[MTPQ_MAX_SEQS], akeff[MTPQ_MAX_SEQS], aacc[MTPQ_MAX_SEQS];
+  int32_t anext[MTPQ_MAX_SEQS];
+  uint64_t *arng[MTPQ_MAX_SEQS];
   const double start = mtpq__now();
   for (int b = 0; b < B && !rc; b++) { /* the prompts; each one's first token drawn from its last token's logits */
     struct sseq *g = &q[b];
     const int zero = 0;
     uint64_t *rp = &g->rng;
     rc = prefill(g->seq.s, g->seq.x, P[b], g->seq.h, H, mtpq_sampler_p(smp, b, 0), err);
-    if (!rc) rc = mtpq_sampler_accept(smp, 1, &b, &zero, NULL, sp, &rp, aj, an, err);
-    if (!rc) g->seq.x[P[b]] = an[0];
+    if (!rc) rc = mtpq_sampler_accept(smp, 1, &b, &zero, NULL, sp, &rp, aacc, anext, err);
+    if (!rc) g->seq.x[P[b]] = anext[0];
   }
   const double gen0 = mtpq__now();
   double ts = 0, ds = 0, as = 0, samp = 0, t0;
@@ -374,12 +375,12 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
     t0 = mtpq__now();
     int n = 0;
     for (int b = 0; b < B; b++)
-      if (q[b].keff >= 0) as_[n] = b, ak[n] = q[b].keff, ad[n] = q[b].d, ar[n] = &q[b].rng, n++;
-    if (!rc && n) rc = mtpq_sampler_accept(smp, n, as_, ak, ad, sp, ar, aj, an, err);
+      if (q[b].keff >= 0) aseq[n] = b, akeff[n] = q[b].keff, adraft[n] = q[b].d, arng[n] = &q[b].rng, n++;
+    if (!rc && n) rc = mtpq_sampler_accept(smp, n, aseq, akeff, adraft, sp, arng, aacc, anext, err);
     live = 0;
     for (int i = 0; i < n && !rc; i++) {
-      struct sseq *g = &q[as_[i]];
-      rc = commit_sampled(g, aj[i], an[i], err);
+      struct sseq *g = &q[aseq[i]];
+      rc = commit_sampled(g, aacc[i], anext[i], err);
       live += g->seq.c < g->seq.N - 1;
     }
     as += mtpq__now() - t0;

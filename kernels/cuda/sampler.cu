@@ -77,7 +77,6 @@ struct cs_args {
   int rows;
   float temp, top_p;
   int top_k;
-  int n;                         // k_probs: rows listed; k_accept: sequences
   short rs[CS_MAXS * CS_MAXR][2]; // k_cs_probs: (sequence, target row) of each block
   int seq[CS_MAXS], keff[CS_MAXS];
   int d[CS_MAXS][CS_MAXR];
@@ -481,7 +480,7 @@ extern "C" enum mtpq_status mtpq__csample_draft(void *c, int b, int r, const str
                                                 int32_t *tok, struct mtpq_err *err) {
   csampler *s = static_cast<csampler *>(c);
   cs_args a = cs_base(s, sp);
-  a.n = 1, a.seq[0] = b, a.keff[0] = r, a.u[0][0] = u;
+  a.seq[0] = b, a.keff[0] = r, a.u[0][0] = u;
   k_cs_draft<<<1, CS_T, CS_SMEM, s->st>>>(a, s->out);
   CK(cudaGetLastError());
   CK(cudaMemcpyAsync(s->h_out, s->out, sizeof(cs_out), cudaMemcpyDeviceToHost, s->st));
@@ -509,7 +508,6 @@ extern "C" enum mtpq_status mtpq__csample_accept(void *c, int n, const int *seq,
     for (int k = 0; k < MTPQ_CSAMPLE_MAX_U; k++) a.u[i][k] = u[i * MTPQ_CSAMPLE_MAX_U + k];
     for (int r = 0; r <= keff[i]; r++) a.rs[nr][0] = (short)seq[i], a.rs[nr][1] = (short)r, nr++;
   }
-  a.n = n;
   k_cs_probs<<<nr, CS_T, CS_SMEM, s->st>>>(a);
   CK(cudaGetLastError());
   k_cs_accept<<<n, CS_T, 0, s->st>>>(a, s->out);
