@@ -91,8 +91,6 @@ double mtpq__tcuda_last_us(void *s) {
   (void)s;
   return -1;
 }
-#else
-typedef int mtpq_cuda_stub_unused; /* ISO C forbids an empty translation unit */
 
 #include "kernels/sampler_cuda.h"
 
@@ -121,4 +119,7 @@ enum mtpq_status mtpq__csample_accept(void *c, int n, const int *seq, const int 
   (void)c, (void)n, (void)seq, (void)keff, (void)d, (void)sp, (void)u, (void)acc, (void)next, (void)used;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
+#else
+typedef int mtpq_cuda_stub_unused; /* ISO C forbids an empty translation unit */
+
 #endif
