@@ -41,9 +41,9 @@ const struct cli_opt bench_decode_opts[] = {
     {"backend", 0, OPT_STR, 0, "auto|cpu|cuda", "runtime backend (default auto: cuda when a GPU is present)"},
     {"plot", 0, OPT_STR, 0, "FILE.svg", "write an SVG plot of per-position acceptance with 95% intervals"},
     {"accept-pattern", 0, OPT_STR, 0, "FILE.json",
-     "throughput runs: each round accepts as many drafts as the same round of an earlier greedy run at the same k "
-     "did (its --json report's accepted_per_round, drafter by drafter, cycled) instead of comparing; the output is "
-     "then not the target's, and not checked"},
+     "throughput runs: each round accepts as many drafts as the same round of an earlier run at the same k did (its "
+     "--json report's accepted_per_round, drafter by drafter, cycled) instead of comparing (sampled: instead of the "
+     "rejection steps); the output is then not the target's, and not checked"},
     {"trunk", 0, OPT_STR, 0, "synthetic:NAME",
      "throughput runs: a trunk with random weights of that shape (qwen3-next-80b; NVIDIA's NVFP4 layout, made in "
      "memory) instead of the target's; --target gives the drafters; needs --accept-pattern"},
@@ -65,10 +65,10 @@ struct run {
   struct mtpq_decode_times tm;
   int64_t tokens;             /* generated */
   int lossless;               /* every output equal to the one without speculation */
-  struct mtpq_decode_bench b; /* (greedy) the rounds' accepted drafts; the pattern replayed */
+  struct mtpq_decode_bench b; /* the rounds' accepted drafts; the pattern replayed */
 };
 
-/* The accepted_per_round arrays of FILE, a greedy bench-decode --json report
+/* The accepted_per_round arrays of FILE, a bench-decode --json report
  * made at the same k: the one of each speculative run (stock first) into
  * runs[1 .. nr) as its pattern. */
 static enum mtpq_status read_pattern(const char *file, int k, struct run *runs, int nr, struct mtpq_err *err) {
@@ -91,8 +91,9 @@ static enum mtpq_status read_pattern(const char *file, int k, struct run *runs, 
     const cJSON *ro = cJSON_GetArrayItem(jr, r), *pa = cJSON_GetObjectItemCaseSensitive(ro, "accepted_per_round");
     const int m = cJSON_GetArraySize(pa);
     if (!cJSON_IsArray(pa) || m < 1) {
-      st = mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: run %d has no accepted_per_round (a greedy report is needed)", file,
-                        r);
+      st = mtpq_err_set(
+          err, MTPQ_E_BAD_VALUE,
+          "%s: run %d has no accepted_per_round (a report of this version's bench-decode --json is needed)", file, r);
       break;
     }
     uint8_t *v = malloc((size_t)m);
@@ -174,7 +175,6 @@ int cmd_bench_decode(int argc, char **argv) {
   const int64_t ctx0 = (int64_t)cli_uint(bench_decode_opts, &a, "context", 0);
   if ((trunk || ctx0) && !pattern)
     return cli_usage_error(cmd, "--trunk and --context are for throughput runs: they need --accept-pattern");
-  if (pattern && sampled) return cli_usage_error(cmd, "--accept-pattern replays greedy rounds: not with --temperature");
   const char *tcfg = NULL;
   if (trunk && (strncmp(trunk, "synthetic:", 10) || !(tcfg = mtpq_target_synth_config(trunk + 10))))
     return cli_usage_error(cmd, "--trunk must be synthetic:NAME with a known shape (qwen3-next-80b), not '%s'", trunk);
@@ -224,7 +224,7 @@ int cmd_bench_decode(int argc, char **argv) {
   for (int r = 1; r < nr && !st; r++)
     if (!(runs[r].seq = calloc(p.n ? p.n : 1, sizeof *runs[r].seq)))
       st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
-  for (int r = 1; r < nr && !st && !sampled; r++) { /* room for every round's count: at most n_new a prompt */
+  for (int r = 1; r < nr && !st; r++) { /* room for every round's count: at most n_new a prompt */
     runs[r].b.cap = (int64_t)p.n * n_new, runs[r].b.context = ctx0;
     if (!(runs[r].b.rounds = malloc((size_t)runs[r].b.cap))) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
   }
@@ -247,7 +247,8 @@ int cmd_bench_decode(int argc, char **argv) {
         pr[b] = p.v[i + b].ids, P[b] = p.v[i + b].n;
         o[b] = r == 0 ? base + (i + b) * (size_t)(most + n_new) : out + b * (size_t)(most + n_new);
       }
-      st = sampled ? mtpq_decode_sample_batch(t, runs[r].d, be, nb, pr, P, n_new, k, &sp, (uint64_t)i, o, s, &tm, &err)
+      st = sampled ? mtpq_decode_sample_batch(t, runs[r].d, be, nb, pr, P, n_new, k, &sp, (uint64_t)i, o, s, &tm,
+                                              &runs[r].b, &err)
                    : mtpq_decode_greedy_batch(t, runs[r].d, be, nb, pr, P, n_new, k, o, s, &tm, &runs[r].b, &err);
       if (st) break;
       add_times(&runs[r].tm, &tm);

@@ -111,6 +111,25 @@ static enum mtpq_status check_batch(int B, const int64_t *P, int64_t n_new, stru
   return MTPQ_OK;
 }
 
+/* the benchmark hooks make sense: a context >= 0, a pattern of at least one round */
+static enum mtpq_status check_bench(const struct mtpq_decode_bench *bench, struct mtpq_err *err) {
+  if (bench && (bench->context < 0 || (bench->pattern && bench->npattern < 1)))
+    return mtpq_err_set(err, MTPQ_E_INVAL, "a benchmark context of %lld, an acceptance pattern of %lld rounds",
+                        (long long)bench->context, (long long)bench->npattern);
+  return MTPQ_OK;
+}
+
+/* a round of keff drafts: j accepted, or the benchmark's pattern's next count (at most keff) in its place;
+ * the count kept in the benchmark's record */
+static int bench_round(struct mtpq_decode_bench *bench, int j, int keff) {
+  if (bench && bench->pattern) {
+    const int pj = bench->pattern[bench->cursor++ % bench->npattern];
+    j = pj < keff ? pj : keff;
+  }
+  if (bench && bench->rounds && bench->nrounds < bench->cap) bench->rounds[bench->nrounds++] = (uint8_t)j;
+  return j;
+}
+
 enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                           int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
                                           int32_t *const *outs, struct mtpq_accept_stats *st,
@@ -119,9 +138,8 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   enum mtpq_status rc = check_batch(B, P, n_new, err);
   if (rc) return rc;
   const int64_t c0 = bench ? bench->context : 0; /* the position of each sequence's first token */
-  if (c0 < 0 || (bench && bench->pattern && bench->npattern < 1))
-    return mtpq_err_set(err, MTPQ_E_INVAL, "a benchmark context of %lld, an acceptance pattern of %lld rounds",
-                        (long long)c0, (long long)(bench ? bench->npattern : 0));
+  rc = check_bench(bench, err);
+  if (rc) return rc;
   rc = check_drafter(t, drafter, be, k, 0, err);
   if (rc) return rc;
   const int64_t H = mtpq_target_hidden(t);
@@ -220,12 +238,8 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
       const int keff = kf[b];
       t0 = mtpq__now();
       int j = 0;
-      if (bench && bench->pattern) { /* the benchmark's acceptance, not the comparison */
-        const int pj = bench->pattern[bench->cursor++ % bench->npattern];
-        j = pj < keff ? pj : keff;
-      } else
-        while (j < keff && d[b][j] == a[b][j]) j++;
-      if (!rc && bench && bench->rounds && bench->nrounds < bench->cap) bench->rounds[bench->nrounds++] = (uint8_t)j;
+      while (j < keff && d[b][j] == a[b][j]) j++;
+      j = bench_round(bench, j, keff); /* (a benchmark's pattern: its acceptance, not the comparison's) */
       if (!rc) rc = mtpq_target_accept(g->s, j, err);
       if (rc) break;
       commit_round(g->x, g->N, c, d[b], j, keff, a[b][j], &g->acc); /* a[b][j]: the target's token after the drafts */
@@ -256,19 +270,20 @@ struct sseq {
   uint64_t rng; /* (sp->seed, stream + b): the stream the sequence alone would draw from */
 };
 
-/* the drafter's keff drafts for sequence b (selected in dr), each drawn from its own distribution q (the
- * same temperature, top-k and top-p; the sampler's draft rows) and fed back; dh: 2 H floats of room;
+/* the drafter's keff drafts for sequence b (selected in dr; its token t at position c0 + t), each drawn
+ * from its own distribution q (the same temperature, top-k and top-p; the sampler's draft rows) and fed
+ * back; dh: 2 H floats of room;
  * *samp: the seconds the draws took (the loop's own time, not the drafter's) */
 static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct mtpq_sampler *smp, int b, struct sseq *g,
-                                      int64_t H, const struct mtpq_sampling *sp, float *dh, double *samp,
+                                      int64_t c0, int64_t H, const struct mtpq_sampling *sp, float *dh, double *samp,
                                       struct mtpq_err *err) {
   const int64_t m = g->seq.c - g->seq.from;
-  enum mtpq_status rc = catch_up(dr, &g->seq, 0, H, err);
+  enum mtpq_status rc = catch_up(dr, &g->seq, c0, H, err);
   if (!rc) memcpy(dh, g->seq.out + (m - 1) * H, (size_t)H * sizeof *dh);
   for (int i = 0; !rc && i < g->keff; i++) {
     int32_t am;
     if (i > 0) { /* token d[i - 1] at position c + i - 1 with the drafter's previous output */
-      const int64_t pi = g->seq.c + i - 1;
+      const int64_t pi = c0 + g->seq.c + i - 1;
       rc = mtpq_session_step(dr, 1, &g->d[i - 1], dh, 0, &pi, dh + H, err);
       if (rc) break;
       memcpy(dh, dh + H, (size_t)H * sizeof *dh);
@@ -300,9 +315,11 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
                                           int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
                                           const struct mtpq_sampling *sp, uint64_t stream, int32_t *const *outs,
                                           struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
-                                          struct mtpq_err *err) {
+                                          struct mtpq_decode_bench *bench, struct mtpq_err *err) {
   enum mtpq_status rc = check_batch(B, P, n_new, err);
+  if (!rc) rc = check_bench(bench, err);
   if (rc) return rc;
+  const int64_t c0 = bench ? bench->context : 0; /* the position of each sequence's first token */
   if (!(sp->temperature > 0) || !(sp->top_p > 0 && sp->top_p <= 1) || sp->top_k < 0)
     return mtpq_err_set(err, MTPQ_E_INVAL, "sampling with temperature %g, top-p %g, top-k %d", sp->temperature,
                         sp->top_p, sp->top_k);
@@ -315,7 +332,8 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   for (int b = 0; b < B && !rc; b++) {
     struct sseq *g = &q[b];
     mtpq_rng_seed(&g->rng, sp->seed, stream + (uint64_t)b);
-    rc = gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], P[b] + n_new, (int)K1, err);
+    rc = gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new, (int)K1, err);
+    if (!rc && c0) rc = mtpq_target_seq_jump(g->seq.s, c0, err);
     most = g->seq.N > most ? g->seq.N : most;
   }
   /* the distributions: where the backend makes the logits (on the CUDA backend they never cross to the host) */
@@ -324,7 +342,7 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   float *dh = malloc((size_t)(2 * H) * sizeof *dh); /* the drafter's own chain: its last output, the next */
   if (!rc && !dh) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   struct mtpq_session *dr = NULL;
-  if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, most, 0, B, &dr, err);
+  if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, c0 + most, 0, B, &dr, err);
   struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, logits */
   const int32_t *vt[MTPQ_MAX_SEQS], *adraft[MTPQ_MAX_SEQS];
   float *vh[MTPQ_MAX_SEQS], *vl[MTPQ_MAX_SEQS];
@@ -354,7 +372,7 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
       if (g->keff < 1) continue;
       t0 = mtpq__now();
       rc = mtpq_session_select(dr, b, err);
-      if (!rc) rc = draft_sampled(dr, smp, b, g, H, sp, dh, &samp, err);
+      if (!rc) rc = draft_sampled(dr, smp, b, g, c0, H, sp, dh, &samp, err);
       ds += mtpq__now() - t0;
     }
     t0 = mtpq__now();
@@ -380,6 +398,7 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
     live = 0;
     for (int i = 0; i < n && !rc; i++) {
       struct sseq *g = &q[aseq[i]];
+      if (g->keff > 0) aacc[i] = bench_round(bench, aacc[i], g->keff);
       rc = commit_sampled(g, aacc[i], anext[i], err);
       live += g->seq.c < g->seq.N - 1;
     }
@@ -399,5 +418,5 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
                                     const int32_t *prompt, int64_t P, int64_t n_new, int k,
                                     const struct mtpq_sampling *sp, uint64_t stream, int32_t *x,
                                     struct mtpq_accept_stats *st, struct mtpq_decode_times *tm, struct mtpq_err *err) {
-  return mtpq_decode_sample_batch(t, drafter, be, 1, &prompt, &P, n_new, k, sp, stream, &x, st, tm, err);
+  return mtpq_decode_sample_batch(t, drafter, be, 1, &prompt, &P, n_new, k, sp, stream, &x, st, tm, NULL, err);
 }

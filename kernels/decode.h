@@ -34,13 +34,14 @@ struct mtpq_decode_times {
   double prefill_s, gen_s, target_s, draft_s, accept_s;
 };
 
-/* Benchmark hooks of the greedy loop (a NULL pointer: none).
+/* Benchmark hooks of the live loops (a NULL pointer: none).
  * context: the sequence starts at this position, the target made that long
  * with mtpq_target_seq_jump and the drafter's cache rows before it left as
  * opened (zeros): every step reads the bytes of a real context that long.
  * pattern: round i accepts min(pattern[cursor++ % npattern], drafts) drafts
- * instead of comparing them with the target's argmax, then takes the
- * target's token after them: the work of a real round with that
+ * instead of comparing them with the target's argmax (sampled: instead of
+ * the rejection steps' count), then takes the target's token after them:
+ * the work of a real round with that
  * acceptance, for targets whose weights never agree with the drafter's
  * (synthetic ones). The output is then not the target's greedy output.
  * rounds (may be NULL; cap entries): each round's accepted drafts appended
@@ -107,11 +108,14 @@ enum mtpq_status mtpq_decode_sample(struct mtpq_target *t, struct mtpq_rt_model 
  * drafter session), then the target verifies the live sequences with the
  * same number of drafts together (mtpq_target_verify_many, logits kept),
  * and each accepts or rejects with its own random stream. st (may be NULL):
- * B entries. */
+ * B entries. bench (may be NULL): as the greedy loop's, a pattern's count
+ * taking the place of the rejection steps' (the token after the accepted
+ * drafts is then the one the sampler drew where it stopped: the work of a
+ * sampled round with that acceptance, not the target's sampling). */
 enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_model *drafter, enum mtpq_backend be,
                                           int B, const int32_t *const *prompts, const int64_t *P, int64_t n_new, int k,
                                           const struct mtpq_sampling *sp, uint64_t stream, int32_t *const *outs,
                                           struct mtpq_accept_stats *st, struct mtpq_decode_times *tm,
-                                          struct mtpq_err *err);
+                                          struct mtpq_decode_bench *bench, struct mtpq_err *err);
 
 #endif

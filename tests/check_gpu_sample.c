@@ -251,7 +251,7 @@ START_TEST(test_loop_batch) {
     }
     memset(got, 0xff, sizeof got);
     ck_assert_msg(!mtpq_decode_sample_batch(t, spec ? d : NULL, MTPQ_BACKEND_CUDA, B, pp, Ps, NEW, 3, &sp, 70, op, sb,
-                                            NULL, &err),
+                                            NULL, NULL, &err),
                   "%s", err.msg);
     for (int b = 0; b < B; b++) {
       ck_assert_msg(!memcmp(got[b], alone[b], sizeof got[b]), "CUDA sampled batch, %s: sequence %d differs from alone",

@@ -644,7 +644,7 @@ START_TEST(test_sample_batch) {
     memset(f->got, 0xff, sizeof f->got);
     struct mtpq_accept_stats sm[B];
     ck_assert_msg(!mtpq_decode_sample_batch(f->t, d, MTPQ_BACKEND_CPU, B, f->pp, f->P, NEW, k ? k : 1, &sp, 100, f->op,
-                                            sm, NULL, &err),
+                                            sm, NULL, NULL, &err),
                   "%s", err.msg);
     int differ = 0;
     for (int b = 0; b < B; b++) {
@@ -693,6 +693,33 @@ START_TEST(test_decode_bench_hooks) {
   struct mtpq_decode_bench neg = {.context = -1};
   ck_assert_int_eq(mtpq_decode_greedy(t, d, MTPQ_BACKEND_CPU, prompt, P, NEW, 2, late, NULL, NULL, &neg, &err),
                    MTPQ_E_INVAL);
+  /* sampled: the pattern's counts take the rejection steps' place round by round (recorded as they are
+   * taken), from position 37 as from 0 */
+  const struct mtpq_sampling sp = {0.9f, 0.95f, 0, 4};
+  const uint8_t pat[3] = {2, 0, 1};
+  uint8_t rec[64];
+  for (int64_t ctx = 0; ctx <= 37; ctx += 37) {
+    struct mtpq_decode_bench sb = {.context = ctx, .pattern = pat, .npattern = 3, .rounds = rec, .cap = 64};
+    const int32_t *pp = prompt;
+    const int64_t Pp = P;
+    int32_t *op = late;
+    ck_assert_msg(
+        !mtpq_decode_sample_batch(t, d, MTPQ_BACKEND_CPU, 1, &pp, &Pp, NEW, 2, &sp, 1, &op, &st, NULL, &sb, &err), "%s",
+        err.msg);
+    ck_assert_int_ge(sb.nrounds, 5);
+    uint64_t acc0 = 0;
+    int64_t made = P;
+    for (int64_t i = 0; i < sb.nrounds; i++) {
+      const int keff = NEW - 1 - (made - P) < 2 ? (int)(NEW - 1 - (made - P)) : 2,
+                want = pat[i % 3] < keff ? pat[i % 3] : keff;
+      ck_assert_int_eq(rec[i], want);
+      acc0 += rec[i] >= 1;
+      made += rec[i] + 1;
+    }
+    ck_assert(made == P + NEW - 1 || made == P + NEW); /* (the last round's token may fall past the end) */
+    ck_assert_uint_eq(st.drafts, (uint64_t)sb.nrounds);
+    ck_assert_uint_eq(st.accepted[0], acc0);
+  }
   mtpq_rt_model_close(d);
   mtpq_target_close(t);
 }

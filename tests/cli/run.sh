@@ -287,6 +287,13 @@ run bd_pat 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SC
 run bd_replay 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 2 -n 8 \
   --accept-pattern "$SCRATCH/pat.json" --context 64 && has bd_replay out 'throughput run: each round accepts' &&
   has bd_replay out 'from position 64'
+# a sampled run replays a pattern too (its report records its own rounds)
+run bd_sreplay 0 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 2 -n 8 \
+  --accept-pattern "$SCRATCH/pat.json" --temperature 0.8 --context 16 --json &&
+  has bd_sreplay out '"accept_pattern"' && has bd_sreplay out '"accepted_per_round"' &&
+  if python3 -c "import json,sys; r=lambda f: [x.get('accepted_per_round') for x in json.load(open(f))['runs'][1:]]; \
+sys.exit(r(sys.argv[1]) != r(sys.argv[2]))" "$SCRATCH/pat.json" "$SCRATCH/out"; then pass=$((pass + 1))
+  else echo "FAIL bd_sreplay: its rounds are not the pattern's"; fail=$((fail + 1)); fi
 run bd_patk 4 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 3 -n 8 \
   --accept-pattern "$SCRATCH/pat.json" && has bd_patk err 'pat.json: made at k = 2, this run has k = 3'
 run bd_patbad 4 "$MTPQ" bench-decode --backend cpu --target "$MODEL" --prompts "$SCRATCH/p.txt" -k 2 -n 8 \
