@@ -131,6 +131,10 @@ enum mtpq_status mtpq_sampler_accept(struct mtpq_sampler *m, int n, const int *s
     if (rc) return rc;
     for (int c = 0; c < i; c++)
       if (seq[c] == seq[i]) return mtpq_err_set(err, MTPQ_E_INVAL, "an acceptance names sequence %d twice", seq[i]);
+    for (int j = 0; j < keff[i]; j++)
+      if (d[i][j] < 0 || d[i][j] >= m->V)
+        return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "draft %d of sequence %d is token %d, outside the %lld", j, seq[i],
+                            d[i][j], (long long)m->V);
   }
   if (m->gpu) {
     double u[MTPQ_MAX_SEQS * MTPQ_CSAMPLE_MAX_U] = {0};

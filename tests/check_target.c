@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "kernels/decode.h"
 #include "kernels/sample.h"
+#include "kernels/sampler.h"
 #include "quant/drafter.h"
 #include "kernels/target.h"
 #include "kernels/target_model.h"
@@ -310,6 +311,69 @@ START_TEST(test_sampler_threshold) {
     }
   }
   free(lg), free(p), free(r), free(keys), free(ord);
+}
+END_TEST
+
+/* The CPU sampler (kernels/sampler.h) is kernels/sample.c on its rows: a draft's token and q, and an
+ * acceptance's drafts accepted, next token and stream, equal the functions' own on the same logits and
+ * stream; a bad row, a sequence named twice and a draft outside the vocabulary are refused. */
+START_TEST(test_sampler_rows) {
+  enum { V = 5000, K = 3 };
+  struct mtpq_err err = {0};
+  struct mtpq_sampler *m = NULL;
+  ck_assert_int_eq(mtpq_sampler_open(MTPQ_BACKEND_CPU, V, 2, K + 1, &m, &err), MTPQ_OK);
+  const struct mtpq_sampling sp = {0.9f, 0.9f, 0, 0};
+  static float lp[K + 1][V], lq[K][V], pp[V], qq[K][V], row[V];
+  static uint64_t keys[V];
+  uint64_t s;
+  mtpq_rng_seed(&s, 3, 3);
+  for (int r = 0; r <= K; r++)
+    for (int v = 0; v < V; v++) {
+      lp[r][v] = (float)(6 * mtpq_uniform(&s));
+      if (r < K) lq[r][v] = lp[r][v] + (float)(mtpq_uniform(&s) - 0.5);
+    }
+  for (int trial = 0; trial < 20; trial++) {
+    uint64_t a, b;
+    mtpq_rng_seed(&a, 11, (uint64_t)trial), b = a;
+    int32_t d[K], dr[K];
+    for (int r = 0; r < K; r++) { /* the drafts: the sampler's, then the functions' */
+      ck_assert(!mtpq_sampler_row_copy(m, 1, r, 1, lq[r], 1, &err));
+      ck_assert(!mtpq_sampler_draft(m, 1, r, &sp, &a, &d[r], &err));
+      mtpq_sample_probs(lq[r], V, &sp, qq[r], keys);
+      dr[r] = mtpq_sample_draw(qq[r], V, &b);
+      ck_assert_int_eq(d[r], dr[r]);
+      ck_assert(!mtpq_sampler_row_copy(m, 1, r, 1, row, 0, &err));
+      ck_assert(!memcmp(row, qq[r], sizeof row));
+    }
+    for (int r = 0; r <= K; r++) ck_assert(!mtpq_sampler_row_copy(m, 1, r, 0, lp[r], 1, &err));
+    const int seq = 1, keff = K;
+    const int32_t *dp = d;
+    uint64_t *ap = &a;
+    int acc;
+    int32_t next;
+    ck_assert(!mtpq_sampler_accept(m, 1, &seq, &keff, &dp, &sp, &ap, &acc, &next, &err));
+    int j = 0;
+    int32_t want = -1;
+    for (; j < K; j++) {
+      mtpq_sample_probs(lp[j], V, &sp, pp, keys);
+      if (!mtpq_sample_reject(pp, qq[j], V, dr[j], &b, &want)) break;
+    }
+    if (j == K) mtpq_sample_probs(lp[K], V, &sp, pp, keys), want = mtpq_sample_draw(pp, V, &b);
+    ck_assert_int_eq(acc, j);
+    ck_assert_int_eq(next, want);
+    ck_assert(a == b);
+  }
+  const int two[2] = {0, 0}, ks[2] = {0, 0}, big = K + 1, one = 1, zero = 0;
+  const int32_t bad = V, *bp = &bad;
+  uint64_t r0 = 1, *rp[2] = {&r0, &r0};
+  int acc[2];
+  int32_t next[2];
+  ck_assert_int_eq(mtpq_sampler_accept(m, 2, two, ks, NULL, &sp, rp, acc, next, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_sampler_accept(m, 1, &zero, &big, NULL, &sp, rp, acc, next, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_sampler_accept(m, 1, &zero, &one, &bp, &sp, rp, acc, next, &err), MTPQ_E_BAD_VALUE);
+  ck_assert_int_eq(mtpq_sampler_row_copy(m, 2, 0, 0, row, 1, &err), MTPQ_E_INVAL);
+  ck_assert_int_eq(mtpq_sampler_row_copy(m, 0, K, 1, row, 1, &err), MTPQ_E_INVAL);
+  mtpq_sampler_close(m);
 }
 END_TEST
 
@@ -741,6 +805,7 @@ int main(void) {
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);
   tcase_add_test(tc, test_sampler_threshold);
+  tcase_add_test(tc, test_sampler_rows);
   tcase_set_timeout(tc, 900); /* (each decode test: minutes under ASan + UBSan) */
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

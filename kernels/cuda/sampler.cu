@@ -499,12 +499,7 @@ extern "C" enum mtpq_status mtpq__csample_accept(void *c, int n, const int *seq,
   int nr = 0;
   for (int i = 0; i < n; i++) {
     a.seq[i] = seq[i], a.keff[i] = keff[i];
-    for (int j = 0; j < keff[i]; j++) {
-      if (d[i][j] < 0 || d[i][j] >= s->V)
-        return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "draft %d of sequence %d is token %d, outside the %lld", j, seq[i],
-                            d[i][j], (long long)s->V);
-      a.d[i][j] = d[i][j];
-    }
+    for (int j = 0; j < keff[i]; j++) a.d[i][j] = d[i][j]; // (checked by mtpq_sampler_accept)
     for (int k = 0; k < MTPQ_CSAMPLE_MAX_U; k++) a.u[i][k] = u[i * MTPQ_CSAMPLE_MAX_U + k];
     for (int r = 0; r <= keff[i]; r++) a.rs[nr][0] = (short)seq[i], a.rs[nr][1] = (short)r, nr++;
   }
