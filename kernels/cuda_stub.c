@@ -94,16 +94,13 @@ double mtpq__tcuda_last_us(void *s) {
 
 #include "kernels/sampler_cuda.h"
 
-enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, void **out, struct mtpq_err *err) {
-  (void)V, (void)nseq, (void)rows;
+enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, int64_t qrows, void **out, float **p, float **q,
+                                    struct mtpq_err *err) {
+  (void)V, (void)nseq, (void)rows, (void)qrows, (void)p, (void)q;
   *out = NULL;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
 void mtpq__csample_close(void *c) { (void)c; }
-float *mtpq__csample_row(void *c, int b, int r, int q) {
-  (void)c, (void)b, (void)r, (void)q;
-  return NULL;
-}
 enum mtpq_status mtpq__csample_copy(float *row, float *host, int64_t V, int to_dev, struct mtpq_err *err) {
   (void)row, (void)host, (void)V, (void)to_dev;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");

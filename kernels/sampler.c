@@ -11,10 +11,14 @@
 struct mtpq_sampler {
   int64_t V;
   int nseq, rows;
-  void *gpu;                     /* the CUDA backend's sampler, or NULL */
-  float *p, *q;                  /* CPU: nseq x rows target rows, nseq x (rows - 1) draft rows */
+  void *gpu; /* the CUDA backend's sampler, or NULL */
+  /* nseq x rows target rows, nseq x draft_rows(rows) draft rows: host memory, or the CUDA backend's */
+  float *p, *q;
   uint64_t *keys[MTPQ_MAX_SEQS]; /* CPU: a sequence's sort scratch (mtpq_sample_probs) */
 };
+
+/* a verify of rows positions has rows - 1 drafts (no speculation: one row, unused) */
+static int64_t draft_rows(int rows) { return rows > 1 ? rows - 1 : 1; }
 
 enum mtpq_status mtpq_sampler_open(enum mtpq_backend be, int64_t V, int nseq, int rows, struct mtpq_sampler **out,
                                    struct mtpq_err *err) {
@@ -28,10 +32,10 @@ enum mtpq_status mtpq_sampler_open(enum mtpq_backend be, int64_t V, int nseq, in
   m->V = V, m->nseq = nseq, m->rows = rows;
   enum mtpq_status rc = MTPQ_OK;
   if (be == MTPQ_BACKEND_CUDA) {
-    rc = mtpq__csample_open(V, nseq, rows, &m->gpu, err);
+    rc = mtpq__csample_open(V, nseq, rows, draft_rows(rows), &m->gpu, &m->p, &m->q, err);
   } else {
     m->p = malloc((size_t)(nseq * rows) * (size_t)V * sizeof *m->p);
-    m->q = malloc((size_t)(nseq * (rows > 1 ? rows - 1 : 1)) * (size_t)V * sizeof *m->q);
+    m->q = malloc((size_t)(nseq * draft_rows(rows)) * (size_t)V * sizeof *m->q);
     int ok = m->p && m->q;
     for (int b = 0; b < nseq && ok; b++) ok = (m->keys[b] = malloc((size_t)V * sizeof **m->keys)) != NULL;
     if (!ok)
@@ -48,19 +52,20 @@ enum mtpq_status mtpq_sampler_open(enum mtpq_backend be, int64_t V, int nseq, in
 
 void mtpq_sampler_close(struct mtpq_sampler *m) {
   if (!m) return;
-  if (m->gpu) mtpq__csample_close(m->gpu);
+  if (m->gpu)
+    mtpq__csample_close(m->gpu); /* (its rows with it) */
+  else
+    free(m->p), free(m->q);
   for (int b = 0; b < MTPQ_MAX_SEQS; b++) free(m->keys[b]);
-  free(m->p), free(m->q), free(m);
+  free(m);
 }
 
 float *mtpq_sampler_p(struct mtpq_sampler *m, int b, int r) {
-  if (m->gpu) return mtpq__csample_row(m->gpu, b, r, 0);
   return m->p + ((size_t)b * (size_t)m->rows + (size_t)r) * (size_t)m->V;
 }
 
 float *mtpq_sampler_q(struct mtpq_sampler *m, int b, int r) {
-  if (m->gpu) return mtpq__csample_row(m->gpu, b, r, 1);
-  return m->q + ((size_t)b * (size_t)(m->rows > 1 ? m->rows - 1 : 1) + (size_t)r) * (size_t)m->V;
+  return m->q + ((size_t)b * (size_t)draft_rows(m->rows) + (size_t)r) * (size_t)m->V;
 }
 
 static enum mtpq_status check_row(const struct mtpq_sampler *m, int b, int r, int q, struct mtpq_err *err) {

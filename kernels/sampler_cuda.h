@@ -22,10 +22,11 @@ extern "C" {
  * draw, and p's own draw where nothing of p lies above q */
 #define MTPQ_CSAMPLE_MAX_U 10
 
-enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, void **out, struct mtpq_err *err);
+/* the rows in device memory: *p nseq x rows target rows, *q nseq x qrows draft rows (sampler.c lays
+ * them out; the kernels read them so: row r of sequence b at (b x rows + r) x V, (b x qrows + r) x V) */
+enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, int64_t qrows, void **out, float **p, float **q,
+                                    struct mtpq_err *err);
 void mtpq__csample_close(void *c);
-/* q: 0 target row, 1 draft row (device memory) */
-float *mtpq__csample_row(void *c, int b, int r, int q);
 /* V floats between a row and host memory */
 enum mtpq_status mtpq__csample_copy(float *row, float *host, int64_t V, int to_dev, struct mtpq_err *err);
 enum mtpq_status mtpq__csample_draft(void *c, int b, int r, const struct mtpq_sampling *sp, double u, int32_t *tok,

@@ -72,9 +72,9 @@ struct cs_max {
 
 // the row's settings and where a kernel's rows are
 struct cs_args {
-  float *p, *q;   // target rows [nseq][rows][V], draft rows [nseq][rows - 1][V]
+  float *p, *q;   // target rows [nseq][rows][V], draft rows [nseq][qrows][V]
   long long V;
-  int rows;
+  int rows, qrows;
   float temp, top_p;
   int top_k;
   short rs[CS_MAXS * CS_MAXR][2]; // k_cs_probs: (sequence, target row) of each block
@@ -92,7 +92,7 @@ __device__ __forceinline__ float *prow(const cs_args &a, int b, int r) {
   return a.p + ((long long)b * a.rows + r) * a.V;
 }
 __device__ __forceinline__ float *qrow(const cs_args &a, int b, int r) {
-  return a.q + ((long long)b * (a.rows > 1 ? a.rows - 1 : 1) + r) * a.V;
+  return a.q + ((long long)b * a.qrows + r) * a.V;
 }
 
 // Every element of the row, each thread its strided share: 16-byte loads where the row allows them (V a
@@ -146,12 +146,20 @@ template <class F> __device__ __forceinline__ void cs_span(const float *p, const
   }
 }
 
+// The search's per-thread bins, bucket-major, in the dynamic shared memory (CS_SMEM bytes of the kernels
+// that make distributions): the masses, then the counts.
+extern __shared__ __align__(16) unsigned char cs_dyn[];
+__device__ __forceinline__ double *cs_bm() { return reinterpret_cast<double *>(cs_dyn); }
+__device__ __forceinline__ int *cs_bc() { return reinterpret_cast<int *>(cs_dyn + (size_t)CS_NB * CS_T * 8); }
+
 // Among the keys in [lo, hi) of the row (above hi: nothing), the largest key t whose count (by_mass 0) or
 // mass (1) of keys >= t reaches target; into sh: lo = t, above_c / above_m what lies above it, eq_c / eq_m
 // what equals it, found 0 when even the whole range falls short (lo then stays the range's low end).
 __device__ void cs_select(const float *row, long long V, uint32_t lo, uint32_t hi, int by_mass, double target,
-                          cs_shared &sh, int *bc, double *bm) {
+                          cs_shared &sh) {
   const int t = threadIdx.x;
+  int *bc = cs_bc();
+  double *bm = cs_bm();
   if (t == 0) sh.lo = lo, sh.hi = hi, sh.above_c = 0, sh.above_m = 0, sh.found = 1;
   __syncthreads();
   do {
@@ -197,7 +205,7 @@ __device__ void cs_select(const float *row, long long V, uint32_t lo, uint32_t h
 }
 
 // The row's logits (in place) into the sampling distribution, as mtpq_sample_probs.
-__device__ void cs_probs(float *row, const cs_args &a, cs_shared &sh, int *bc, double *bm) {
+__device__ void cs_probs(float *row, const cs_args &a, cs_shared &sh) {
   const long long V = a.V;
   const int t = threadIdx.x;
   float mx = -INFINITY;
@@ -236,7 +244,7 @@ __device__ void cs_probs(float *row, const cs_args &a, cs_shared &sh, int *bc, d
   uint32_t tk = 1;
   double tot = sh.dv; // the mass top-k keeps: all of it, or (below) that of the keys at or above the k-th
   if (topk && npos > a.top_k) {
-    cs_select(row, V, 1, CS_ONE, 0, (double)a.top_k, sh, bc, bm);
+    cs_select(row, V, 1, CS_ONE, 0, (double)a.top_k, sh);
     tk = sh.lo, tot = sh.above_m + sh.eq_m;
   }
   __syncthreads();
@@ -245,7 +253,7 @@ __device__ void cs_probs(float *row, const cs_args &a, cs_shared &sh, int *bc, d
   long long m = -1; // -1: all the ties
   if (topp) {
     const double target = (double)a.top_p * tot;
-    cs_select(row, V, tk, CS_ONE, 1, target, sh, bc, bm);
+    cs_select(row, V, tk, CS_ONE, 1, target, sh);
     if (sh.found) {
       tp = sh.lo;
       const double pv = (double)__uint_as_float(tp);
@@ -366,22 +374,16 @@ __device__ double cs_residual(const float *p, const float *q, long long V, cs_sh
 
 // blocks: the rows a.rs lists, each into its distribution
 __global__ void __launch_bounds__(CS_T) k_cs_probs(cs_args a) {
-  extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ cs_shared sh;
-  double *bm = reinterpret_cast<double *>(dyn);
-  int *bc = reinterpret_cast<int *>(dyn + (size_t)CS_NB * CS_T * 8);
   const int b = a.rs[blockIdx.x][0], r = a.rs[blockIdx.x][1];
-  cs_probs(prow(a, b, r), a, sh, bc, bm);
+  cs_probs(prow(a, b, r), a, sh);
 }
 
 // one block: draft row (seq[0], keff[0]) into q, a token drawn with u[0][0]
 __global__ void __launch_bounds__(CS_T) k_cs_draft(cs_args a, cs_out *out) {
-  extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ cs_shared sh;
-  double *bm = reinterpret_cast<double *>(dyn);
-  int *bc = reinterpret_cast<int *>(dyn + (size_t)CS_NB * CS_T * 8);
   float *q = qrow(a, a.seq[0], a.keff[0]);
-  cs_probs(q, a, sh, bc, bm);
+  cs_probs(q, a, sh);
   const int tok = cs_walk<false>(q, q, a.V, a.u[0][0], sh);
   if (threadIdx.x == 0) out[0] = cs_out{0, tok, 1, 0};
 }
@@ -414,7 +416,7 @@ __global__ void __launch_bounds__(CS_T) k_cs_accept(cs_args a, cs_out *out) {
 
 struct csampler {
   long long V;
-  int nseq, rows;
+  int nseq, rows, qrows;
   float *p = nullptr, *q = nullptr;
   cs_out *out = nullptr, *h_out = nullptr;
   cudaStream_t st = nullptr;
@@ -432,7 +434,7 @@ extern "C" void mtpq__csample_close(void *c) {
 static enum mtpq_status cs_alloc(csampler *s, struct mtpq_err *err) {
   const size_t rowb = (size_t)s->V * 4;
   CK(cudaMalloc(&s->p, rowb * (size_t)(s->nseq * s->rows)));
-  CK(cudaMalloc(&s->q, rowb * (size_t)(s->nseq * (s->rows > 1 ? s->rows - 1 : 1))));
+  CK(cudaMalloc(&s->q, rowb * (size_t)(s->nseq * s->qrows)));
   CK(cudaMalloc(&s->out, sizeof(cs_out) * CS_MAXS));
   CK(cudaMallocHost(&s->h_out, sizeof(cs_out) * CS_MAXS));
   CK(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
@@ -441,37 +443,33 @@ static enum mtpq_status cs_alloc(csampler *s, struct mtpq_err *err) {
   return MTPQ_OK;
 }
 
-extern "C" enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, void **out, struct mtpq_err *err) {
+extern "C" enum mtpq_status mtpq__csample_open(int64_t V, int nseq, int rows, int64_t qrows, void **out, float **p,
+                                               float **q, struct mtpq_err *err) {
   *out = nullptr;
   if (nseq > CS_MAXS || rows > CS_MAXR || V >= ((int64_t)1 << 31))
     return mtpq_err_set(err, MTPQ_E_INVAL, "a CUDA sampler of %d sequences x %d rows (1..%d x 1..%d), %lld tokens",
                         nseq, rows, CS_MAXS, CS_MAXR, (long long)V);
   csampler *s = new csampler;
-  s->V = V, s->nseq = nseq, s->rows = rows;
+  s->V = V, s->nseq = nseq, s->rows = rows, s->qrows = (int)qrows;
   enum mtpq_status rc = cs_alloc(s, err);
   if (rc) {
     mtpq__csample_close(s);
     return rc;
   }
-  *out = s;
+  *out = s, *p = s->p, *q = s->q;
   return MTPQ_OK;
 }
 
-extern "C" float *mtpq__csample_row(void *c, int b, int r, int q) {
-  csampler *s = static_cast<csampler *>(c);
-  return q ? s->q + ((size_t)b * (size_t)(s->rows > 1 ? s->rows - 1 : 1) + (size_t)r) * (size_t)s->V
-           : s->p + ((size_t)b * (size_t)s->rows + (size_t)r) * (size_t)s->V;
-}
-
 extern "C" enum mtpq_status mtpq__csample_copy(float *row, float *host, int64_t V, int to_dev, struct mtpq_err *err) {
-  CK(cudaMemcpy(to_dev ? row : host, to_dev ? host : row, (size_t)V * 4, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+  const cudaMemcpyKind kind = to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  CK(cudaMemcpy(to_dev ? row : host, to_dev ? host : row, (size_t)V * 4, kind));
   return MTPQ_OK;
 }
 
 static cs_args cs_base(const csampler *s, const struct mtpq_sampling *sp) {
   cs_args a;
   memset(&a, 0, sizeof a);
-  a.p = s->p, a.q = s->q, a.V = s->V, a.rows = s->rows;
+  a.p = s->p, a.q = s->q, a.V = s->V, a.rows = s->rows, a.qrows = s->qrows;
   a.temp = sp->temperature, a.top_p = sp->top_p, a.top_k = sp->top_k;
   return a;
 }
