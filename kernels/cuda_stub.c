@@ -46,6 +46,25 @@ enum mtpq_status mtpq__cuda_head(void *g, const float *hidden, int32_t *tok, flo
   (void)g, (void)hidden, (void)tok, (void)logits, (void)on_device;
   return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
 }
+void *mtpq__cuda_alloc(size_t bytes) {
+  (void)bytes;
+  return NULL;
+}
+void mtpq__cuda_free(void *p) { (void)p; }
+enum mtpq_status mtpq__cuda_copy(void *dst, const void *src, size_t bytes, struct mtpq_err *err) {
+  (void)dst, (void)src, (void)bytes;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+enum mtpq_status mtpq__cuda_step_at(void *g, int n, const int32_t *tokens, const float *hidden, int bf16,
+                                    const int64_t *positions, float *out_hidden, struct mtpq_err *err) {
+  (void)g, (void)n, (void)tokens, (void)hidden, (void)bf16, (void)positions, (void)out_hidden;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
+enum mtpq_status mtpq__cuda_draft_at(void *g, int n, const float *const *hidden, const int64_t *positions, int steps,
+                                     int32_t *out_tokens, struct mtpq_err *err) {
+  (void)g, (void)n, (void)hidden, (void)positions, (void)steps, (void)out_tokens;
+  return mtpq_err_set(err, MTPQ_E_NO_GPU, "mtpq was built without CUDA");
+}
 
 #include "kernels/target_cuda.h"
 

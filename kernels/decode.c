@@ -6,27 +6,25 @@
 
 #include "io/util.h"
 #include "kernels/sampler.h"
-#include "quant/numerics.h"
 
-/* The drafter reads the target's hidden states as a BF16 model hands them
- * over (vLLM's MTP proposer; the traces bench-acceptance replays hold them
- * so too): rounded to BF16, to nearest even. */
-static void bf16_rows(float *h, int64_t n) {
-  for (int64_t i = 0; i < n; i++) h[i] = mtpq_bf16_to_f32(mtpq_f32_to_bf16(h[i]));
-}
+/* The target's hidden states and the drafter's outputs stay where the
+ * backend keeps data (device memory on the CUDA backend: a round moves
+ * token ids between host and device, nothing else). The drafter reads the
+ * target's hidden states as a BF16 model hands them over (vLLM's MTP
+ * proposer; the traces bench-acceptance replays hold them so too): rounded
+ * to BF16, to nearest even, as mtpq_session_step_at reads them. */
 
 /* The prompt x[0, P) through the target: all but its last token as a
  * prefill (mtpq_target_prefill), the last one verified alone, with the
  * head: its logits into lg[0, V) when lg, else its argmax into x[P]. The
- * hidden states into h, rounded to BF16. */
+ * hidden states into h (NULL: none wanted). */
 static enum mtpq_status prefill(struct mtpq_target_seq *s, int32_t *x, int64_t P, float *h, int64_t H, float *lg,
                                 struct mtpq_err *err) {
   int32_t a = 0;
   enum mtpq_status rc = mtpq_target_prefill(s, P - 1, x, h, err);
-  if (!rc) rc = mtpq_target_verify_logits(s, 1, x + P - 1, h + (P - 1) * H, lg, lg ? NULL : &a, err);
+  if (!rc) rc = mtpq_target_verify_logits(s, 1, x + P - 1, h ? h + (P - 1) * H : NULL, lg, lg ? NULL : &a, err);
   if (!rc) rc = mtpq_target_accept(s, 0, err);
   if (!rc && !lg) x[P] = a;
-  if (!rc) bf16_rows(h, P * H);
   return rc;
 }
 
@@ -45,8 +43,10 @@ static void commit_round(int32_t *x, int64_t N, int64_t c, const int32_t *d, int
 /* One sequence of a batched decode (greedy; a sampled one, struct sseq, adds its own to it). */
 struct gseq {
   struct mtpq_target_seq *s;
-  int32_t *x;         /* the caller's output: prompt, then the tokens */
-  float *h, *out;     /* the target's hidden states (BF16-rounded), the drafter's catch-up outputs */
+  int32_t *x; /* the caller's output: prompt, then the tokens */
+  enum mtpq_backend be;
+  float *h,
+      *out; /* backend memory (NULL without a drafter): the target's hidden states, the drafter's catch-up outputs */
   int32_t *tok;       /* catch-up tokens */
   int64_t *pos;       /* catch-up positions */
   int64_t N, c, from; /* length when done, tokens committed, the drafter's next slot */
@@ -59,26 +59,37 @@ struct gseq {
 static enum mtpq_status catch_up(struct mtpq_session *dr, struct gseq *g, int64_t c0, int64_t H, struct mtpq_err *err) {
   const int64_t m = g->c - g->from;
   for (int64_t i = 0; i < m; i++) g->tok[i] = g->x[g->from + i + 1], g->pos[i] = c0 + g->from + i;
-  return mtpq_session_step(dr, (int)m, g->tok, g->h + g->from * H, 0, g->pos, g->out, err);
+  return mtpq_session_step_at(dr, (int)m, g->tok, g->h + g->from * H, 1, g->pos, g->out, err);
 }
 
-/* g for a prompt of P tokens and n_new more (the prompt copied to the caller's out; hidden states and
- * catch-up room for all of them) and its target sequence (max_pos positions, verifying up to nv) */
-static enum mtpq_status gseq_open(struct gseq *g, struct mtpq_target *t, enum mtpq_backend be, const int32_t *prompt,
-                                  int64_t P, int64_t n_new, int k, int32_t *out, int64_t max_pos, int nv,
-                                  struct mtpq_err *err) {
+/* g's hidden state at its token t (where the target writes it), NULL without a drafter */
+static float *hid_at(const struct gseq *g, int64_t t, int64_t H) { return g->h ? g->h + t * H : NULL; }
+
+/* g for a prompt of P tokens and n_new more (the prompt copied to the caller's out; with a drafter, hidden
+ * states and catch-up room for all of them in the backend's memory) and its target sequence (max_pos
+ * positions, verifying up to nv) */
+static enum mtpq_status gseq_open(struct gseq *g, struct mtpq_target *t, enum mtpq_backend be, int drafter,
+                                  const int32_t *prompt, int64_t P, int64_t n_new, int k, int32_t *out, int64_t max_pos,
+                                  int nv, struct mtpq_err *err) {
   const int64_t H = mtpq_target_hidden(t);
-  g->N = P + n_new, g->c = P, g->x = out, g->acc.k = k;
+  const size_t rows = (size_t)(P + n_new) * (size_t)H * sizeof(float);
+  g->N = P + n_new, g->c = P, g->x = out, g->acc.k = k, g->be = be;
   memcpy(g->x, prompt, (size_t)P * sizeof *g->x);
-  g->h = malloc((size_t)(g->N * H) * sizeof *g->h), g->out = malloc((size_t)(g->N * H) * sizeof *g->out);
+  if (drafter) {
+    g->h = mtpq_backend_alloc(be, rows), g->out = mtpq_backend_alloc(be, rows);
+    if (!g->h || !g->out)
+      return mtpq_err_set(err, MTPQ_E_NOMEM, "out of %s memory (2 x %zu bytes of hidden states)",
+                          be == MTPQ_BACKEND_CUDA ? "device" : "host", rows);
+  }
   g->tok = malloc((size_t)g->N * sizeof *g->tok), g->pos = malloc((size_t)g->N * sizeof *g->pos);
-  if (!g->h || !g->out || !g->tok || !g->pos) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  if (!g->tok || !g->pos) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   return mtpq_target_seq_open(t, be, max_pos, nv, &g->s, err);
 }
 
 static void gseq_free(struct gseq *g) {
   mtpq_target_seq_close(g->s);
-  free(g->h), free(g->out), free(g->tok), free(g->pos);
+  mtpq_backend_free(g->be, g->h), mtpq_backend_free(g->be, g->out);
+  free(g->tok), free(g->pos);
 }
 
 /* The drafter fits the target and the backend: k in 1..7 on CUDA (a verify
@@ -148,21 +159,22 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   int64_t most = 0;
   for (int b = 0; b < B && !rc; b++) {
     struct gseq *g = &q[b];
-    rc = gseq_open(g, t, be, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new, drafter ? k + 1 : 1, err);
+    rc = gseq_open(g, t, be, drafter != NULL, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new,
+                   drafter ? k + 1 : 1, err);
     most = g->N > most ? g->N : most;
     if (!rc && c0) rc = mtpq_target_seq_jump(g->s, c0, err);
   }
   /* the drafter: one session, a KV cache per sequence; every round drafts for all B at once (a finished
    * sequence drafts on, unread, from its last position: room for k more) */
   struct mtpq_session *dr = NULL;
-  float *dh = malloc((size_t)(B * H) * sizeof *dh);
-  int32_t *dd = malloc((size_t)(B * (k > 1 ? k : 1)) * sizeof *dd), d0[MTPQ_MAX_SEQS];
+  int32_t *dd = malloc((size_t)(B * (k > 1 ? k : 1)) * sizeof *dd);
   int64_t dp[MTPQ_MAX_SEQS];
+  const float *drow[MTPQ_MAX_SEQS];          /* each sequence's last catch-up output (NULL: finished) */
   struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, argmax */
   const int32_t *vt[MTPQ_MAX_SEQS];
   float *vh[MTPQ_MAX_SEQS];
   int32_t *va[MTPQ_MAX_SEQS];
-  if (!rc && (!dh || !dd)) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  if (!rc && !dd) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, c0 + most + k + 1, 0, B, &dr, err);
   /* the prompts: their hidden states, and the target's first token (the argmax after the last) */
   const double start = mtpq__now();
@@ -175,7 +187,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
       for (int b = 0; b < B; b++) {
         struct gseq *g = &q[b];
         if (g->c >= g->N - 1) continue;
-        vs[n] = g->s, vt[n] = g->x + g->c, vh[n] = g->h + g->c * H, va[n] = g->x + g->c + 1, n++;
+        vs[n] = g->s, vt[n] = g->x + g->c, vh[n] = NULL, va[n] = g->x + g->c + 1, n++;
       }
       t0 = mtpq__now();
       rc = mtpq_target_verify_many(vs, n, 1, vt, vh, NULL, va, err);
@@ -189,25 +201,19 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
       }
       continue;
     }
-    /* each sequence's drafter catches up (its own slots since its last round) and takes its first draft
-     * from the head; then the k - 1 drafts after it for all sequences in one call */
+    /* each sequence's drafter catches up (its own slots since its last round); then all sequences' k
+     * drafts in one call: the head on each one's last output, the k - 1 steps after it (on the CUDA
+     * backend the host waits once, for the drafts) */
     t0 = mtpq__now();
     for (int b = 0; b < B && !rc; b++) {
       struct gseq *g = &q[b];
-      dp[b] = c0 + g->c;
-      if (g->c >= g->N - 1) { /* finished: its place in the batch, unread */
-        d0[b] = g->x[g->N - 1], memset(dh + b * H, 0, (size_t)H * sizeof *dh);
-        continue;
-      }
-      const int64_t m = g->c - g->from;
+      dp[b] = c0 + g->c, drow[b] = NULL;
+      if (g->c >= g->N - 1) continue; /* finished: its place in the batch, unread */
       rc = mtpq_session_select(dr, b, err);
       if (!rc) rc = catch_up(dr, g, c0, H, err);
-      if (!rc) {
-        memcpy(dh + b * H, g->out + (m - 1) * H, (size_t)H * sizeof *dh);
-        mtpq_session_head(dr, dh + b * H, &d0[b], NULL);
-      }
+      drow[b] = g->out + (g->c - g->from - 1) * H;
     }
-    if (!rc && k > 1) rc = mtpq_session_draft(dr, B, d0, dh, dp, k - 1, dd, err);
+    if (!rc) rc = mtpq_session_draft_at(dr, B, drow, dp, k, dd, err);
     ds += mtpq__now() - t0;
     /* the target verifies each live sequence's [x[c], d0 .. d(keff-1)] at c .. c + keff: those with the
      * same keff together (mtpq_target_verify_many; all of them but near the end) */
@@ -216,8 +222,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
     for (int b = 0; b < B; b++) {
       struct gseq *g = &q[b];
       kf[b] = g->c >= g->N - 1 ? 0 : (int)(g->N - 1 - g->c < k ? g->N - 1 - g->c : k);
-      d[b][0] = d0[b];
-      for (int i = 1; i < kf[b]; i++) d[b][i] = dd[(i - 1) * B + b];
+      for (int i = 0; i < kf[b]; i++) d[b][i] = dd[i * B + b];
       v[b][0] = g->x[g->c];
       memcpy(v[b] + 1, d[b], (size_t)kf[b] * sizeof **v);
     }
@@ -225,9 +230,8 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
     for (int ke = 1; ke <= k && !rc; ke++) {
       int n = 0;
       for (int b = 0; b < B; b++)
-        if (kf[b] == ke) vs[n] = q[b].s, vt[n] = v[b], vh[n] = q[b].h + q[b].c * H, va[n] = a[b], n++;
+        if (kf[b] == ke) vs[n] = q[b].s, vt[n] = v[b], vh[n] = hid_at(&q[b], q[b].c, H), va[n] = a[b], n++;
       if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, NULL, va, err);
-      for (int i = 0; i < n; i++) bf16_rows(vh[i], (ke + 1) * H);
     }
     ts += mtpq__now() - t0;
     live = 0;
@@ -251,7 +255,7 @@ enum mtpq_status mtpq_decode_greedy_batch(struct mtpq_target *t, struct mtpq_rt_
   if (tm) *tm = (struct mtpq_decode_times){gen0 - start, mtpq__now() - gen0, ts, ds, as};
   mtpq_session_close(dr);
   for (int b = 0; b < B; b++) gseq_free(&q[b]);
-  free(dh), free(dd);
+  free(dd);
   return rc;
 }
 
@@ -272,23 +276,23 @@ struct sseq {
 
 /* the drafter's keff drafts for sequence b (selected in dr; its token t at position c0 + t), each drawn
  * from its own distribution q (the same temperature, top-k and top-p; the sampler's draft rows) and fed
- * back; dh: 2 H floats of room;
+ * back; dh: 2 H floats of room in the backend's memory;
  * *samp: the seconds the draws took (the loop's own time, not the drafter's) */
 static enum mtpq_status draft_sampled(struct mtpq_session *dr, struct mtpq_sampler *smp, int b, struct sseq *g,
                                       int64_t c0, int64_t H, const struct mtpq_sampling *sp, float *dh, double *samp,
                                       struct mtpq_err *err) {
-  const int64_t m = g->seq.c - g->seq.from;
   enum mtpq_status rc = catch_up(dr, &g->seq, c0, H, err);
-  if (!rc) memcpy(dh, g->seq.out + (m - 1) * H, (size_t)H * sizeof *dh);
+  const float *cur = g->seq.out + (g->seq.c - g->seq.from - 1) * H; /* the drafter's last output */
   for (int i = 0; !rc && i < g->keff; i++) {
     int32_t am;
-    if (i > 0) { /* token d[i - 1] at position c + i - 1 with the drafter's previous output */
+    if (i > 0) { /* token d[i - 1] at position c + i - 1 with the drafter's previous output (not rounded) */
       const int64_t pi = c0 + g->seq.c + i - 1;
-      rc = mtpq_session_step(dr, 1, &g->d[i - 1], dh, 0, &pi, dh + H, err);
+      float *nx = cur == dh ? dh + H : dh;
+      rc = mtpq_session_step_at(dr, 1, &g->d[i - 1], cur, 0, &pi, nx, err);
       if (rc) break;
-      memcpy(dh, dh + H, (size_t)H * sizeof *dh);
+      cur = nx;
     }
-    mtpq_session_head_at(dr, dh, &am, mtpq_sampler_q(smp, b, i));
+    mtpq_session_head_at(dr, cur, &am, mtpq_sampler_q(smp, b, i));
     if (am < 0) return mtpq_err_set(err, MTPQ_E_GPU, "sequence %d: the drafter's head failed at draft %d", b, i);
     const double s0 = mtpq__now();
     rc = mtpq_sampler_draft(smp, b, i, sp, &g->rng, &g->d[i], err);
@@ -332,15 +336,16 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   for (int b = 0; b < B && !rc; b++) {
     struct sseq *g = &q[b];
     mtpq_rng_seed(&g->rng, sp->seed, stream + (uint64_t)b);
-    rc = gseq_open(&g->seq, t, be, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new, (int)K1, err);
+    rc = gseq_open(&g->seq, t, be, drafter != NULL, prompts[b], P[b], n_new, k, outs[b], c0 + P[b] + n_new, (int)K1,
+                   err);
     if (!rc && c0) rc = mtpq_target_seq_jump(g->seq.s, c0, err);
     most = g->seq.N > most ? g->seq.N : most;
   }
   /* the distributions: where the backend makes the logits (on the CUDA backend they never cross to the host) */
   struct mtpq_sampler *smp = NULL;
   if (!rc) rc = mtpq_sampler_open(be, V, B, (int)K1, &smp, err);
-  float *dh = malloc((size_t)(2 * H) * sizeof *dh); /* the drafter's own chain: its last output, the next */
-  if (!rc && !dh) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  float *dh = drafter ? mtpq_backend_alloc(be, (size_t)(2 * H) * sizeof *dh) : NULL; /* the drafter's own chain */
+  if (!rc && drafter && !dh) rc = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   struct mtpq_session *dr = NULL;
   if (!rc && drafter) rc = mtpq_session_open_batch(drafter, be, c0 + most, 0, B, &dr, err);
   struct mtpq_target_seq *vs[MTPQ_MAX_SEQS]; /* a verify of several sequences: theirs, tokens, hidden, logits */
@@ -383,10 +388,9 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
         if (g->keff != ke) continue;
         g->v[0] = g->seq.x[g->seq.c];
         memcpy(g->v + 1, g->d, (size_t)ke * sizeof *g->v);
-        vs[n] = g->seq.s, vt[n] = g->v, vh[n] = g->seq.h + g->seq.c * H, vl[n] = mtpq_sampler_p(smp, b, 0), n++;
+        vs[n] = g->seq.s, vt[n] = g->v, vh[n] = hid_at(&g->seq, g->seq.c, H), vl[n] = mtpq_sampler_p(smp, b, 0), n++;
       }
       if (n) rc = mtpq_target_verify_many(vs, n, ke + 1, vt, vh, vl, NULL, err);
-      for (int i = 0; i < n && !rc; i++) bf16_rows(vh[i], (ke + 1) * H);
     }
     ts += mtpq__now() - t0;
     /* the live sequences' acceptance together (the rejection steps and draws), then each one's state slot */
@@ -410,7 +414,7 @@ enum mtpq_status mtpq_decode_sample_batch(struct mtpq_target *t, struct mtpq_rt_
   mtpq_session_close(dr);
   mtpq_sampler_close(smp);
   for (int b = 0; b < B; b++) gseq_free(&q[b].seq);
-  free(dh);
+  mtpq_backend_free(be, dh);
   return rc;
 }
 

@@ -206,3 +206,59 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
   }
   return MTPQ_OK;
 }
+
+/* ---- the live loop's hand-over (kernels/decode.c) -------------------------------- */
+
+void *mtpq_backend_alloc(enum mtpq_backend be, size_t bytes) {
+  return be == MTPQ_BACKEND_CUDA ? mtpq__cuda_alloc(bytes) : malloc(bytes ? bytes : 1);
+}
+
+void mtpq_backend_free(enum mtpq_backend be, void *p) {
+  if (be == MTPQ_BACKEND_CUDA)
+    mtpq__cuda_free(p);
+  else
+    free(p);
+}
+
+enum mtpq_status mtpq_backend_copy(enum mtpq_backend be, void *dst, const void *src, size_t bytes,
+                                   struct mtpq_err *err) {
+  if (be == MTPQ_BACKEND_CUDA) return mtpq__cuda_copy(dst, src, bytes, err);
+  memcpy(dst, src, bytes);
+  return MTPQ_OK;
+}
+
+enum mtpq_status mtpq_session_step_at(struct mtpq_session *s, int n, const int32_t *tokens, const float *hidden,
+                                      int bf16, const int64_t *positions, float *out_hidden, struct mtpq_err *err) {
+  if (s->gpu) return mtpq__cuda_step_at(s->gpu, n, tokens, hidden, bf16, positions, out_hidden, err);
+  if (!bf16) return mtpq_session_step(s, n, tokens, hidden, 0, positions, out_hidden, err);
+  /* a slot at a time, its row rounded first (the step runs its slots one after another anyway) */
+  const int64_t H = s->d->H;
+  float *h = malloc((size_t)H * sizeof *h);
+  if (!h) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  enum mtpq_status st = MTPQ_OK;
+  for (int i = 0; i < n && !st; i++) {
+    for (int64_t j = 0; j < H; j++) h[j] = mtpq_bf16_to_f32(mtpq_f32_to_bf16(hidden[(size_t)i * H + j]));
+    st = mtpq_session_step(s, 1, tokens + i, h, 0, positions + i, out_hidden + (size_t)i * H, err);
+  }
+  free(h);
+  return st;
+}
+
+enum mtpq_status mtpq_session_draft_at(struct mtpq_session *s, int n, const float *const *hidden,
+                                       const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err) {
+  if (n < 1 || n > s->nseq) return mtpq_err_set(err, MTPQ_E_INVAL, "%d sequences in a %d-sequence session", n, s->nseq);
+  if (steps < 1 || steps > MTPQ_MAX_DRAFT_STEPS)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d draft steps: 1..%d", steps, MTPQ_MAX_DRAFT_STEPS);
+  if (s->gpu) return mtpq__cuda_draft_at(s->gpu, n, hidden, positions, steps, out_tokens, err);
+  const int64_t H = s->d->H;
+  float *h = calloc((size_t)(n * H), sizeof *h); /* the rows side by side, zeros where none */
+  if (!h) return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    if (hidden[i]) memcpy(h + (size_t)i * H, hidden[i], (size_t)H * sizeof *h);
+    mtpq_session_head(s, h + (size_t)i * H, &out_tokens[i], NULL);
+  }
+  enum mtpq_status st =
+      steps > 1 ? mtpq_session_draft(s, n, out_tokens, h, positions, steps - 1, out_tokens + n, err) : MTPQ_OK;
+  free(h);
+  return st;
+}

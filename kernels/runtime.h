@@ -96,8 +96,37 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
 void mtpq_session_head(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *out_logits);
 /* The same with the logits (float32 [V], not NULL) where the session's
  * backend keeps data: device memory on the CUDA backend (a sampler's draft
- * row, kernels/sampler.h), host memory on the CPU. */
+ * row, kernels/sampler.h), host memory on the CPU. On the CUDA backend both
+ * heads also take hidden in device memory (mtpq_backend_alloc's). */
 void mtpq_session_head_at(struct mtpq_session *s, const float *hidden, int32_t *out_token, float *logits);
+
+/* The live loop's hand-over (kernels/decode.c): the target's hidden states
+ * and the drafter's outputs stay where the backend keeps data: device memory
+ * on the CUDA backend, host memory on the CPU. mtpq_backend_alloc gives such
+ * memory (NULL when out of memory or without the backend), mtpq_backend_free
+ * takes it back (NULL: nothing). */
+void *mtpq_backend_alloc(enum mtpq_backend be, size_t bytes);
+void mtpq_backend_free(enum mtpq_backend be, void *p);
+/* bytes from src to dst, each host memory or the backend's (CUDA: after
+ * the work queued before it) */
+enum mtpq_status mtpq_backend_copy(enum mtpq_backend be, void *dst, const void *src, size_t bytes,
+                                   struct mtpq_err *err);
+/* mtpq_session_step with hidden and out_hidden (float32 [n, H]) in the
+ * session's backend memory; with bf16 set each hidden value is read rounded
+ * to BF16 (to nearest even), as a BF16 target hands its hidden states over.
+ * The CUDA backend does not wait for the step: the session's later calls
+ * follow it, and mtpq_session_draft_at's wait covers it. */
+enum mtpq_status mtpq_session_step_at(struct mtpq_session *s, int n, const int32_t *tokens, const float *hidden,
+                                      int bf16, const int64_t *positions, float *out_hidden, struct mtpq_err *err);
+/* Draft `steps` tokens for sequences 0..n-1 from drafter outputs alone:
+ * sequence i's first draft is the head's argmax on hidden[i] (a row of H
+ * floats in the session's backend memory; NULL: zeros, an unread place in
+ * the batch), and the steps - 1 after it go as mtpq_session_draft's from
+ * that token and row at positions[i]. out_tokens[k * n + i] as there. On the
+ * CUDA backend the heads and the steps run without the host between them:
+ * one wait a call, for the drafts. */
+enum mtpq_status mtpq_session_draft_at(struct mtpq_session *s, int n, const float *const *hidden,
+                                       const int64_t *positions, int steps, int32_t *out_tokens, struct mtpq_err *err);
 
 /* CUDA backend: time each kernel of one draft step (+ head) for the n
  * sequences of the last mtpq_session_draft, launched one by one with events

@@ -77,16 +77,18 @@ enum mtpq_status mtpq_target_step(struct mtpq_target_seq *s, int32_t token, floa
  * verify after a verify without an accept keeps all of it. */
 enum mtpq_status mtpq_target_verify(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                     int32_t *argmax, struct mtpq_err *err);
-/* mtpq_target_verify with the head's logits of each token too: logits [T][V] (may be NULL; on the CUDA
- * backend may be device memory, a sampler's rows: kernels/sampler.h) */
+/* mtpq_target_verify with the head's logits of each token too: logits [T][V] (may be NULL). On the CUDA
+ * backend hidden and logits may be device memory (the live loop's rows, mtpq_backend_alloc; a sampler's
+ * rows, kernels/sampler.h). */
 enum mtpq_status mtpq_target_verify_logits(struct mtpq_target_seq *s, int T, const int32_t *tokens, float *hidden,
                                            float *logits, int32_t *argmax, struct mtpq_err *err);
 enum mtpq_status mtpq_target_accept(struct mtpq_target_seq *s, int j, struct mtpq_err *err);
 /* n sequences of one target and backend (distinct), each verifying T
  * tokens: s[b] as mtpq_target_verify_logits(s[b], T, tokens[b],
  * hidden[b], logits[b], argmax[b]) (hidden, logits, argmax or their
- * entries may be NULL; on the CUDA backend logits[b] may be device memory,
- * a sampler's rows: kernels/sampler.h), each accepted on its own after. On the CUDA backend the sequences go through the target
+ * entries may be NULL; on the CUDA backend hidden[b] and logits[b] may be
+ * device memory, as there), each accepted on its own after. On the CUDA
+ * backend the sequences go through the target
  * as few forwards as hold them (MTPQ_TCUDA_MAX_T tokens a forward: 8 / T
  * sequences), every weight read once a forward; the CPU reference verifies
  * them one after another. All or none: on an error no sequence has a
@@ -96,7 +98,8 @@ enum mtpq_status mtpq_target_verify_many(struct mtpq_target_seq *const *s, int n
                                          struct mtpq_err *err);
 /* A prompt: n tokens at the sequence's end, its state after the last one
  * kept (as n steps leave it; a pending verify is accepted whole first);
- * the final-norm hidden state of each into hidden [n][H] (may be NULL); no
+ * the final-norm hidden state of each into hidden [n][H] (may be NULL; on
+ * the CUDA backend may be device memory, mtpq_backend_alloc's); no
  * head (step or verify the prompt's last token for its logits). The CPU
  * reference runs the tokens one by one; the CUDA backend runs chunks of up
  * to 4,096 tokens with every product a GEMM over the chunk and each

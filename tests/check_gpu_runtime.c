@@ -41,6 +41,7 @@
 #include "kernels/runtime.h"
 #include "quant/drafter.h"
 #include "testutil.h"
+#include "hand_over.h"
 
 #define T MTPQ_TESTDATA "/tiny-qwen3next"
 static char *qdir;
@@ -357,6 +358,14 @@ START_TEST(test_random_shapes) {
 END_TEST
 
 START_TEST(test_quantized) { compare_backends(qdir); }
+
+/* the live loop's hand-over in device memory (tests/hand_over.h) against the
+ * host-memory calls, on both drafters */
+START_TEST(test_hand_over) {
+  check_hand_over(T "/model", NULL, MTPQ_BACKEND_CUDA);
+  check_hand_over(T "/model", qdir, MTPQ_BACKEND_CUDA);
+}
+END_TEST
 END_TEST
 
 int main(void) {
@@ -403,6 +412,7 @@ int main(void) {
   TCase *tc = tcase_create("tiny");
   tcase_add_test(tc, test_stock);
   tcase_add_test(tc, test_quantized);
+  tcase_add_test(tc, test_hand_over);
   tcase_set_timeout(tc, 600);
   suite_add_tcase(s, tc);
   TCase *tr = tcase_create("random");

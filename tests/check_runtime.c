@@ -14,6 +14,7 @@
 #include "kernels/traces.h"
 #include "kernels/runtime.h"
 #include "testutil.h"
+#include "hand_over.h"
 
 #define T MTPQ_TESTDATA "/tiny-qwen3next"
 
@@ -181,6 +182,10 @@ START_TEST(test_sequences_and_draft) {
   mtpq_session_close(b);
   mtpq_rt_model_close(d);
 }
+END_TEST
+
+/* the live loop's hand-over (tests/hand_over.h) on the CPU backend */
+START_TEST(test_hand_over) { check_hand_over(T "/model", NULL, MTPQ_BACKEND_CPU); }
 END_TEST
 
 /* The CUDA settings: defaults, every key in and out of range, kill switches,
@@ -413,6 +418,7 @@ int main(void) {
   tcase_add_test(tc, test_forward_matches_torch);
   tcase_add_test(tc, test_replay_rules_and_errors);
   tcase_add_test(tc, test_sequences_and_draft);
+  tcase_add_test(tc, test_hand_over);
   tcase_add_test(tc, test_cuda_settings);
   tcase_add_test(tc, test_traces);
   tcase_add_test(tc, test_replay_traces);

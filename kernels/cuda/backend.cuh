@@ -154,6 +154,7 @@ struct gpu_session {
     int64_t *h_pos;
     float *h_hid;
     unsigned long long *h_best;
+    cudaEvent_t staged = nullptr; // the last copy out of the pinned block: the host writes it again after that
   } io;
   struct {                    // the stock BF16 head through cuBLASLt (k_lt.cu)
     cublasLtHandle_t h = nullptr;

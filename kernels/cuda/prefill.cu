@@ -376,7 +376,7 @@ extern "C" enum mtpq_status mtpq__tcuda_prefill(void *ps, int n, const int32_t *
   CK(cudaGetLastError());
   if (hidden)
     CK(cudaMemcpy2DAsync(hidden, (size_t)H * 4, p->hid, (size_t)HS * 4, (size_t)H * 4, (size_t)n,
-                         cudaMemcpyDeviceToHost, g->st));
+                         cudaMemcpyDefault, g->st)); // (host memory, or the live loop's device rows)
   CK(cudaStreamSynchronize(g->st));
   return MTPQ_OK;
 }

@@ -102,6 +102,7 @@ extern "C" void mtpq__cuda_session_close(void *p) {
   if (g->st2) cudaStreamDestroy(g->st2);
   if (g->fork) cudaEventDestroy(g->fork);
   if (g->join) cudaEventDestroy(g->join);
+  if (g->io.staged) cudaEventDestroy(g->io.staged);
   delete g;
 }
 
@@ -154,7 +155,8 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
   if (cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) != cudaSuccess ||
       cudaStreamCreateWithFlags(&g->st2, cudaStreamNonBlocking) != cudaSuccess ||
       cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming) != cudaSuccess ||
-      cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming) != cudaSuccess)
+      cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventCreateWithFlags(&g->io.staged, cudaEventDisableTiming) != cudaSuccess)
     st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create CUDA streams and events");
   g->on = g->st;
   int64_t E = d->moe ? d->E : 0;

@@ -101,11 +101,28 @@ static enum mtpq_status run(gpu_session *g, int n, bool chain, struct mtpq_err *
   return MTPQ_OK;
 }
 
-// token ids, sequences, positions, the step counter (0) and hidden states
-// of n slots to the device: one copy of the staging block's first bytes
+// token ids, sequences, positions, the step counter (0) and the hidden
+// states of n slots (none: n = 0) to the device: one copy of the staging
+// block's first bytes, marked by io.staged
 static enum mtpq_status stage(gpu_session *g, int n, struct mtpq_err *err) {
   CK(cudaMemcpyAsync(g->io.dev, g->io.host, ST_HID + (size_t)(n * g->d->H) * 4, cudaMemcpyHostToDevice, g->st));
+  CK(cudaEventRecord(g->io.staged, g->st));
   return MTPQ_OK;
+}
+
+// before the host writes the pinned staging block: its last copy (which
+// may still be queued behind a step that did not wait) has read it
+static enum mtpq_status staging(gpu_session *g, struct mtpq_err *err) {
+  CK(cudaEventSynchronize(g->io.staged));
+  return MTPQ_OK;
+}
+
+// count floats from src (device memory) into dst, each rounded to BF16
+// (to nearest even) when bf16: a BF16 target's hidden states as it hands
+// them over
+static __global__ void k_hid_in(const float *src, float *dst, int64_t count, int bf16) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = bf16 ? __bfloat162float(__float2bfloat16_rn(src[i])) : src[i];
 }
 
 static enum mtpq_status check_slot(const gpu_session *g, int32_t tok, int64_t pos, struct mtpq_err *err) {
@@ -118,14 +135,25 @@ static enum mtpq_status check_slot(const gpu_session *g, int32_t tok, int64_t po
   return MTPQ_OK;
 }
 
+// a chunk of the next n slots: up to 8 at strictly increasing positions (each sees the earlier ones)
+static int chunk(const int64_t *positions, int n) {
+  int c = 1;
+  while (c < n && c < RT_NMAX && positions[c] > positions[c - 1]) c++;
+  return c;
+}
+
+static enum mtpq_status chain(gpu_session *g, int n, int steps, int drafts, int32_t *out_tokens,
+                              struct mtpq_err *err);
+
 extern "C" enum mtpq_status mtpq__cuda_step(void *p, int n, const int32_t *tokens, const void *hidden,
                                             int hidden_bf16, const int64_t *positions, float *out_hidden,
                                             struct mtpq_err *err) {
   gpu_session *g = static_cast<gpu_session *>(p);
   const int64_t H = g->d->H;
+  enum mtpq_status st0 = staging(g, err);
+  if (st0) return st0;
   for (int i = 0; i < n;) {
-    int c = 1; // a chunk: up to 8 slots at strictly increasing positions (each sees the earlier ones)
-    while (i + c < n && c < RT_NMAX && positions[i + c] > positions[i + c - 1]) c++;
+    int c = chunk(positions + i, n - i);
     for (int j = 0; j < c; j++) {
       enum mtpq_status st = check_slot(g, tokens[i + j], positions[i + j], err);
       if (st) return st;
@@ -169,8 +197,7 @@ extern "C" enum mtpq_status mtpq__cuda_head(void *p, const float *hidden, int32_
     enum mtpq_status st = build_plan(g, 1, err);
     if (st) return st;
   }
-  memcpy(g->io.h_hid, hidden, (size_t)d->H * 4);
-  CK(cudaMemcpyAsync(g->x.out, g->io.h_hid, (size_t)d->H * 4, cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemcpyAsync(g->x.out, hidden, (size_t)d->H * 4, cudaMemcpyDefault, g->st)); // (host or device memory)
   CK(cudaMemsetAsync(g->x.best, 0, sizeof(unsigned long long), g->st));
   const int pdl = g->set.pdl; // after a memset: nothing to overlap
   g->set.pdl = 0;
@@ -217,8 +244,10 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
     enum mtpq_status st = check_slot(g, tokens[j], positions[j] + steps - 1, err);
     if (!st) st = check_slot(g, tokens[j], positions[j], err);
     if (st) return st;
-    g->io.h_tok[j] = tokens[j], g->io.h_pos[j] = positions[j], g->io.h_seq[j] = j;
   }
+  enum mtpq_status st0 = staging(g, err);
+  if (st0) return st0;
+  for (int j = 0; j < n; j++) g->io.h_tok[j] = tokens[j], g->io.h_pos[j] = positions[j], g->io.h_seq[j] = j;
   memcpy(g->io.h_hid, hidden, (size_t)(n * H) * 4);
   enum mtpq_status st = ensure(g, n, true, err);
   if (!st) st = stage(g, n, err);
@@ -227,18 +256,117 @@ extern "C" enum mtpq_status mtpq__cuda_draft(void *p, int n, const int32_t *toke
   tl_reset(g);
 #endif
   CK(cudaEventRecord(g->prof.t0, g->st));
+  return chain(g, n, steps, steps, out_tokens, err);
+}
+
+// the chain's last part: `steps` chain steps for n sequences, then the
+// call's `drafts` ids a sequence (rec, in k_next's order) to the host, the
+// one wait, and the device time since prof.t0
+static enum mtpq_status chain(gpu_session *g, int n, int steps, int drafts, int32_t *out_tokens,
+                              struct mtpq_err *err) {
+  enum mtpq_status st = MTPQ_OK;
   for (int s = 0; s < steps && !st; s++) st = run(g, n, true, err);
   CK(cudaEventRecord(g->prof.t1, g->st));
   if (st) return st;
-  CK(cudaMemcpyAsync(g->io.h_rec, g->io.rec, (size_t)(steps * n) * sizeof(int), cudaMemcpyDeviceToHost, g->st));
+  CK(cudaMemcpyAsync(g->io.h_rec, g->io.rec, (size_t)(drafts * n) * sizeof(int), cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
-  memcpy(out_tokens, g->io.h_rec, (size_t)(steps * n) * sizeof(int32_t));
+  memcpy(out_tokens, g->io.h_rec, (size_t)(drafts * n) * sizeof(int32_t));
   float ms = 0;
   g->prof.draft_us = cudaEventElapsedTime(&ms, g->prof.t0, g->prof.t1) == cudaSuccess ? ms * 1e3 : -1;
 #ifdef MTPQ_TIMELINE
   tl_write();
 #endif
   return MTPQ_OK;
+}
+
+extern "C" void *mtpq__cuda_alloc(size_t bytes) {
+  void *p = nullptr;
+  return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : nullptr;
+}
+
+extern "C" void mtpq__cuda_free(void *p) {
+  if (p) cudaFree(p);
+}
+
+extern "C" enum mtpq_status mtpq__cuda_copy(void *dst, const void *src, size_t bytes, struct mtpq_err *err) {
+  CK(cudaDeviceSynchronize()); // (the sessions' streams do not block the legacy stream)
+  CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  return MTPQ_OK;
+}
+
+// the slots' ids to the staging block, their hidden rows from device memory
+// into the step's input (rounded where bf16), the step, its outputs copied
+// out: all queued, no wait (the staging block is waited for before it is
+// written again)
+extern "C" enum mtpq_status mtpq__cuda_step_at(void *p, int n, const int32_t *tokens, const float *hidden, int bf16,
+                                               const int64_t *positions, float *out_hidden, struct mtpq_err *err) {
+  gpu_session *g = static_cast<gpu_session *>(p);
+  const int64_t H = g->d->H;
+  for (int i = 0; i < n;) {
+    const int c = chunk(positions + i, n - i);
+    for (int j = 0; j < c; j++) {
+      enum mtpq_status st = check_slot(g, tokens[i + j], positions[i + j], err);
+      if (st) return st;
+    }
+    enum mtpq_status st = staging(g, err);
+    if (st) return st;
+    for (int j = 0; j < c; j++)
+      g->io.h_tok[j] = tokens[i + j], g->io.h_pos[j] = positions[i + j], g->io.h_seq[j] = g->cur;
+    st = ensure(g, c, false, err);
+    if (!st) st = stage(g, 0, err);
+    if (st) return st;
+    const int64_t cnt = (int64_t)c * H;
+    k_hid_in<<<(unsigned)((cnt + 255) / 256 < 264 ? (cnt + 255) / 256 : 264), 256, 0, g->st>>>(
+        hidden + (size_t)i * H, g->x.out, cnt, bf16);
+    CK(cudaGetLastError());
+    st = run(g, c, false, err);
+    if (st) return st;
+    CK(cudaMemcpyAsync(out_hidden + (size_t)i * H, g->x.out, (size_t)cnt * 4, cudaMemcpyDeviceToDevice, g->st));
+    i += c;
+  }
+  return MTPQ_OK;
+}
+
+// the heads on the n rows (the step's input rows: x.out), k_next feeding
+// their argmax in as the chain's tokens at positions[j] (staged one lower:
+// k_next moves them on) and recording it as the first draft, then the
+// chain's steps - 1 steps: the host waits once, for the drafts
+extern "C" enum mtpq_status mtpq__cuda_draft_at(void *p, int n, const float *const *hidden, const int64_t *positions,
+                                                int steps, int32_t *out_tokens, struct mtpq_err *err) {
+  gpu_session *g = static_cast<gpu_session *>(p);
+  const int64_t H = g->d->H;
+  if (n < 1 || n > g->nseq) return mtpq_err_set(err, MTPQ_E_INVAL, "%d sequences in a session of %d", n, g->nseq);
+  if (steps < 1 || steps > RT_MAXSTEPS)
+    return mtpq_err_set(err, MTPQ_E_INVAL, "%d draft steps: 1..%d", steps, RT_MAXSTEPS);
+  for (int j = 0; j < n; j++) {
+    enum mtpq_status st = check_slot(g, 0, positions[j], err);
+    if (!st && steps > 1) st = check_slot(g, 0, positions[j] + steps - 2, err);
+    if (st) return st;
+  }
+  enum mtpq_status st = staging(g, err);
+  if (st) return st;
+  for (int j = 0; j < n; j++) g->io.h_tok[j] = 0, g->io.h_pos[j] = positions[j] - 1, g->io.h_seq[j] = j;
+  st = ensure(g, n, true, err);
+  if (!st) st = stage(g, 0, err);
+  if (st) return st;
+#ifdef MTPQ_TIMELINE
+  tl_reset(g);
+#endif
+  CK(cudaEventRecord(g->prof.t0, g->st));
+  for (int j = 0; j < n; j++)
+    if (hidden[j])
+      CK(cudaMemcpyAsync(g->x.out + j * H, hidden[j], (size_t)H * 4, cudaMemcpyDeviceToDevice, g->st));
+    else
+      CK(cudaMemsetAsync(g->x.out + j * H, 0, (size_t)H * 4, g->st));
+  CK(cudaMemsetAsync(g->x.best, 0, (size_t)n * sizeof(unsigned long long), g->st));
+  const int pdl = g->set.pdl; // after a memset: nothing to overlap
+  g->set.pdl = 0;
+  g->on = g->st;
+  launch_mv(g, g->plans[n].head);
+  g->set.pdl = pdl;
+  ops_next(g, n);
+  CK(cudaGetLastError());
+  return chain(g, n, steps - 1, steps, out_tokens, err);
 }
 
 extern "C" enum mtpq_status mtpq__cuda_flush_l2(void *p, struct mtpq_err *err) {

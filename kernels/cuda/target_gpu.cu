@@ -532,8 +532,9 @@ extern "C" enum mtpq_status mtpq__tcuda_forward_many(void *const *ps, int n, int
   for (int b = 0; b < n; b++) {
     if (hidden && hidden[b])
       CK(cudaMemcpy2DAsync(hidden[b], (size_t)t->H * 4, m->hid + (int64_t)b * Tn * m->HS, (size_t)m->HS * 4,
-                           (size_t)t->H * 4, (size_t)Tn, cudaMemcpyDeviceToHost, g->st));
-    if (hm == 2 && logits && logits[b]) // (host memory, or a sampler's rows on the device: the copy's kind by address)
+                           (size_t)t->H * 4, (size_t)Tn, cudaMemcpyDefault, g->st));
+    // hidden and logits: host memory, or device memory (the live loop's rows, a sampler's): the copy's kind by address
+    if (hm == 2 && logits && logits[b])
       CK(cudaMemcpyAsync(logits[b], m->logits + (int64_t)b * Tn * t->V, (size_t)(Tn * t->V) * 4, cudaMemcpyDefault,
                          g->st));
   }
