@@ -126,11 +126,7 @@ START_TEST(test_gpu_golden) {
 END_TEST
 
 int main(void) {
-  struct mtpq_err err = {0};
-  if (!mtpq_gpu_available(&err)) {
-    printf("skip: %s\n", err.msg);
-    return 77;
-  }
+  if (tu_no_gpu()) return 77;
   const char *env = getenv("MTPQ_TEST_SEED");
   run_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
   printf("device: %s, seed %llu (set MTPQ_TEST_SEED to repeat)\n", mtpq_gpu_name(),
@@ -142,11 +138,5 @@ int main(void) {
   tcase_add_test(tc, test_gpu_fp8_all_bf16);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  /* CUDA was initialized above; a forked child cannot use it. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(s, 1);
 }

@@ -369,11 +369,8 @@ END_TEST
 END_TEST
 
 int main(void) {
+  if (tu_no_gpu()) return 77;
   struct mtpq_err err = {0};
-  if (!mtpq_gpu_available(&err)) {
-    printf("skip: %s\n", err.msg);
-    return 77;
-  }
   /* not tu_scratch(): check's assertions report to the runner even when
    * they pass, so none may run before srunner_run_all in CK_NOFORK mode */
   const char *base = getenv("TMPDIR");
@@ -419,11 +416,7 @@ int main(void) {
   tcase_add_test(tr, test_random_shapes);
   tcase_set_timeout(tr, 600);
   suite_add_tcase(s, tr);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int status = tu_run_suite(s, 1);
   tu_rmtree(dir);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return status;
 }

@@ -18,6 +18,7 @@
 #include "kernels/traces.h"
 #include "quant/gpu_quant.h"
 #include "tests/chi2.h"
+#include "testutil.h"
 
 enum { VQ = 151936 }; /* Qwen3-Next's vocabulary */
 
@@ -268,11 +269,7 @@ START_TEST(test_loop_batch) {
 END_TEST
 
 int main(void) {
-  struct mtpq_err err = {0};
-  if (!mtpq_gpu_available(&err)) {
-    printf("skip: %s\n", err.msg);
-    return 77;
-  }
+  if (tu_no_gpu()) return 77;
   Suite *s = suite_create("gpu_sample");
   TCase *tc = tcase_create("cuda_vs_cpu");
   tcase_set_timeout(tc, 600);
@@ -281,10 +278,5 @@ int main(void) {
   tcase_add_loop_test(tc, test_accept_distribution, 0, 2);
   tcase_add_test(tc, test_loop_batch);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return tu_run_suite(s, 1);
 }

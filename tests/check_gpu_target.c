@@ -34,6 +34,7 @@
 #include "kernels/target.h"
 #include "kernels/traces.h"
 #include "quant/gpu_quant.h"
+#include "testutil.h"
 
 #define TOL 1e-3
 
@@ -396,11 +397,7 @@ START_TEST(test_batch_lossless) {
 END_TEST
 
 int main(void) {
-  struct mtpq_err err = {0};
-  if (!mtpq_gpu_available(&err)) {
-    printf("skip: %s\n", err.msg);
-    return 77;
-  }
+  if (tu_no_gpu()) return 77;
   Suite *s = suite_create("gpu_target");
   TCase *tc = tcase_create("cuda_vs_cpu");
   tcase_set_timeout(tc, 600);
@@ -411,10 +408,5 @@ int main(void) {
   tcase_add_loop_test(tc, test_prefill_gemm, 0, n);
   tcase_add_test(tc, test_batch_lossless);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return tu_run_suite(s, 1);
 }

@@ -9,6 +9,7 @@
 
 #include "hub/fetch.h"
 #include "quant/drafter.h"
+#include "testutil.h"
 
 static size_t plan(const uint64_t (*be)[2], size_t n, uint64_t gap, size_t budget, struct hub_span *out) {
   struct hub_piece p[16];
@@ -112,10 +113,4 @@ static Suite *hub_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(hub_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(hub_suite(), 0); }

@@ -498,10 +498,4 @@ static Suite *quant_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(quant_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(quant_suite(), 0); }

@@ -425,9 +425,5 @@ int main(void) {
   tcase_add_test(tc, test_bootstrap);
   tcase_set_timeout(tc, 300); /* (about 70 s under ASan + UBSan) */
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(su, 0);
 }

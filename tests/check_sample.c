@@ -11,6 +11,7 @@
 #include "kernels/sample.h"
 #include "kernels/target.h"
 #include "tests/chi2.h"
+#include "testutil.h"
 
 /* Sampled speculative decoding is distributed as the target's own sampling
  * (the proof of issue 49): on hybrid-mtp (V 300, its own MTP layer as the
@@ -86,9 +87,5 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_loop_test(tc, test_sampled_distribution, 0, 4);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return tu_run_suite(su, 0);
 }

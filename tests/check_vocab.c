@@ -204,9 +204,5 @@ int main(void) {
   tcase_add_test(tc, test_build_vocab_rules);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(s, 0);
 }

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "quant/gpu_quant.h"
+
 /* xorshift64*: deterministic bytes from a seed. */
 static inline uint64_t tu_rand(uint64_t *s) {
   *s ^= *s >> 12;
@@ -80,6 +82,27 @@ static inline unsigned char *tu_slurp(const char *path, size_t *n) {
   fclose(f);
   *n = (size_t)sz;
   return b;
+}
+
+/* A gpu test program's first step: 1, with the reason printed, where no
+ * device can run (the program then returns 77, ctest's skip). */
+static inline int tu_no_gpu(void) {
+  struct mtpq_err err = {0};
+  if (mtpq_gpu_available(&err)) return 0;
+  printf("skip: %s\n", err.msg);
+  return 1;
+}
+
+/* Run suite s; the program's exit status (EXIT_FAILURE when a test
+ * failed). nofork: every test in this process (CK_NOFORK), for programs
+ * that initialise CUDA, which a forked child cannot use. */
+static inline int tu_run_suite(Suite *s, int nofork) {
+  SRunner *sr = srunner_create(s);
+  if (nofork) srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif
