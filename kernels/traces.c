@@ -2,6 +2,7 @@
 #include "kernels/traces.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +14,14 @@ struct mtpq_traces {
   size_t n;
   struct mtpq_trace *v;
   char *names; /* the names, NUL-separated */
+  int32_t **own; /* [n]: a trace's tokens copied where the file leaves them misaligned for int32_t, else NULL */
 };
 
 void mtpq_traces_close(struct mtpq_traces *t) {
   if (!t) return;
   mtpq_st_close(t->f);
+  for (size_t i = 0; t->own && i < t->n; i++) free(t->own[i]);
+  free(t->own);
   free(t->v);
   free(t->names);
   free(t);
@@ -41,7 +45,8 @@ enum mtpq_status mtpq_traces_open(const char *path, struct mtpq_traces **out, st
   if (!st && t->n == 0)
     st = mtpq_err_set(err, MTPQ_E_NOT_FOUND, "%s: no traces (no NAME.tokens tensor among its %zu tensors)", path,
                       cnt);
-  if (!st && (!(t->v = calloc(t->n, sizeof *t->v)) || !(t->names = malloc(bytes))))
+  if (!st &&
+      (!(t->v = calloc(t->n, sizeof *t->v)) || !(t->names = malloc(bytes)) || !(t->own = calloc(t->n, sizeof *t->own))))
     st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
   char *np = t->names;
   for (size_t i = 0; i < cnt && !st; i++) {
@@ -61,11 +66,21 @@ enum mtpq_status mtpq_traces_open(const char *path, struct mtpq_traces **out, st
                         (long long)hh->shape[1], t->v[0].name, (long long)t->v[0].hidden);
       break;
     }
-    struct mtpq_trace *x = &t->v[k++];
+    struct mtpq_trace *x = &t->v[k];
+    /* safetensors places a tensor at any byte offset: tokens the mapping leaves misaligned are read from a copy */
+    if ((uintptr_t)tt->data % _Alignof(int32_t)) {
+      if (!(t->own[k] = malloc(tt->shape[0] ? (size_t)tt->shape[0] * sizeof(int32_t) : 1))) {
+        st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
+        break;
+      }
+      memcpy(t->own[k], tt->data, (size_t)tt->shape[0] * sizeof(int32_t));
+    }
+    k++;
     memcpy(np, tt->name, stem), np[stem] = 0;
     x->name = np, np += stem + 1;
     snprintf(x->domain, sizeof x->domain, "%.*s", (int)strcspn(x->name, "."), x->name);
-    x->tokens = tt->data, x->hidden_bf16 = hh->data, x->n = tt->shape[0], x->hidden = hh->shape[1];
+    x->tokens = t->own[k - 1] ? t->own[k - 1] : tt->data, x->hidden_bf16 = hh->data, x->n = tt->shape[0],
+    x->hidden = hh->shape[1];
     char key[600];
     snprintf(key, sizeof key, "prompt_len.%s", x->name);
     const char *pl = mtpq_st_metadata_get(t->f, key);
@@ -115,8 +130,7 @@ enum mtpq_status mtpq_traces_check(const struct mtpq_traces *t, int64_t hidden, 
       return mtpq_err_set(err, MTPQ_E_DTYPE_MISMATCH, "%s: %s.hidden has hidden size %lld but the drafter's is %lld",
                           mtpq_traces_path(t), x->name, (long long)x->hidden, (long long)hidden);
     for (int64_t p = 0; p < x->n; p++) {
-      int32_t v;
-      memcpy(&v, x->tokens + p, sizeof v);
+      const int32_t v = x->tokens[p];
       if (v < 0 || v >= vocab)
         return mtpq_err_set(err, MTPQ_E_BAD_VALUE, "%s: %s.tokens[%lld] = %d is outside the vocabulary (%lld)",
                             mtpq_traces_path(t), x->name, (long long)p, v, (long long)vocab);

@@ -23,7 +23,7 @@
 struct mtpq_trace {
   const char *name;                   /* NAME (the tokens tensor without ".tokens") */
   char domain[MTPQ_TRACE_DOMAIN_MAX]; /* NAME up to its first '.' */
-  const int32_t *tokens;              /* [n], mapped from the file */
+  const int32_t *tokens;              /* [n], mapped from the file (a copy where the mapping misaligns them) */
   const void *hidden_bf16;            /* [n, hidden], mapped from the file */
   int64_t n, hidden;
   int64_t prompt_len; /* metadata prompt_len.NAME, or 0 */
