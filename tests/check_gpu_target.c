@@ -2,7 +2,7 @@
  * without a device or a CUDA build), on the hybrid test targets (GDN +
  * attention + dense MLP, both projection layouts), the tiny Qwen3-Next
  * (attention + MoE with a shared expert, BF16) and synthetic targets in
- * NVIDIA's NVFP4 layout and with FP8 products (kernels/target_synth.c):
+ * NVIDIA's NVFP4 layout, with FP8 products and all BF16 (kernels/target_synth.c):
  *   - a prefill token by token: every hidden state and the last logits
  *     within relative error TOL of the CPU's, the argmax the CPU's wherever
  *     the CPU's top two logits are not within TOL of each other;
@@ -63,17 +63,22 @@ static const char *small_fp8 =
     "\"linear_key_head_dim\": 32, \"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, "
     "\"tie_word_embeddings\": true}";
 
+/* P: tokens of the token-by-token prefill; PG: of the GEMM prefill (0: P, at least 40). The synthetic MoE
+ * targets' PG gives their experts about 100 rows each (16 experts top-4, 8 top-2), so the grouped expert
+ * GEMM (kernels/cuda/k_egemm.cu) runs experts of several 64-row tiles, partial tiles and partial 8-row
+ * groups, in each weight format (BF16, FP8, NVFP4). */
 struct tcase {
   const char *name, *dir, *synth;
   enum mtpq_synth_formats f;
-  int P;
+  int P, PG;
 };
 static const struct tcase cases[] = {
-    {"hybrid-next", MTPQ_TESTDATA "/target/hybrid-next", NULL, MTPQ_SYNTH_BF16, 300},
-    {"hybrid-35", MTPQ_TESTDATA "/target/hybrid-35", NULL, MTPQ_SYNTH_BF16, 24},
-    {"tiny-qwen3next", MTPQ_TESTDATA "/tiny-qwen3next/model", NULL, MTPQ_SYNTH_BF16, 24},
-    {"synthetic NVIDIA NVFP4", NULL, NULL, MTPQ_SYNTH_NVIDIA, 24},
-    {"synthetic FP8", NULL, NULL, MTPQ_SYNTH_FP8, 24},
+    {"hybrid-next", MTPQ_TESTDATA "/target/hybrid-next", NULL, MTPQ_SYNTH_BF16, 300, 0},
+    {"hybrid-35", MTPQ_TESTDATA "/target/hybrid-35", NULL, MTPQ_SYNTH_BF16, 24, 0},
+    {"tiny-qwen3next", MTPQ_TESTDATA "/tiny-qwen3next/model", NULL, MTPQ_SYNTH_BF16, 24, 0},
+    {"synthetic NVIDIA NVFP4", NULL, NULL, MTPQ_SYNTH_NVIDIA, 24, 403},
+    {"synthetic FP8", NULL, NULL, MTPQ_SYNTH_FP8, 24, 397},
+    {"synthetic BF16", NULL, NULL, MTPQ_SYNTH_BF16, 24, 411},
 };
 
 /* MTPQ_GPU_TARGET_CASES=1,3 (say): only those cases (a short check on the GPU machine) */
@@ -93,9 +98,9 @@ static int wanted(int i) {
 static struct mtpq_target *open_case(const struct tcase *c) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
-  enum mtpq_status st =
-      c->dir ? mtpq_target_open(c->dir, &t, &err)
-             : mtpq_target_synth(c->f == MTPQ_SYNTH_NVIDIA ? small_nvidia : small_fp8, c->f, 7, &t, &err);
+  enum mtpq_status st = c->dir
+                            ? mtpq_target_open(c->dir, &t, &err)
+                            : mtpq_target_synth(c->f == MTPQ_SYNTH_FP8 ? small_fp8 : small_nvidia, c->f, 7, &t, &err);
   ck_assert_msg(st == MTPQ_OK, "%s: %s", c->name, err.msg);
   return t;
 }
@@ -183,7 +188,7 @@ START_TEST(test_prefill_gemm) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = open_case(c);
   const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
-  const int P = c->P > 40 ? c->P : 40, P1 = P > 280 ? 20 : P / 3 + 1;
+  const int P = c->PG ? c->PG : c->P > 40 ? c->P : 40, P1 = P > 280 ? 20 : P / 3 + 1;
   int32_t *x = malloc((size_t)(P + 1) * sizeof *x);
   for (int i = 0; i <= P; i++) x[i] = (int32_t)((i * 7919 + 17) % (V < 150000 ? V : 150000));
   struct mtpq_target_seq *cs = NULL, *gs = NULL;

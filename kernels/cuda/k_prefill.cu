@@ -7,13 +7,6 @@ extern "C" {
 #include "kernels/rope.h"
 }
 
-// v as hi + lo, each BF16 rounded to nearest (v - hi is exact in float)
-__device__ __forceinline__ void tp_put(float v, bf16 *x0, bf16 *x1, int64_t i) {
-  const bf16 hi = __float2bfloat16_rn(v);
-  x0[i] = hi;
-  x1[i] = __float2bfloat16_rn(v - __bfloat162float(hi));
-}
-
 __global__ void k_p_embed(const int *tok, const uint8_t *emb, int f32, int64_t H, int64_t HS, float *h) {
   const int64_t t = blockIdx.x, row = tok[t];
   for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
@@ -55,23 +48,20 @@ void tp_addnorm(cudaStream_t st, const float *y, int64_t ys, float *h, int64_t H
   k_p_addnorm<<<n, 256, 0, st>>>(y, ys, h, H, HS, w, eps, x0, x1, xf);
 }
 
-__global__ void k_p_moe_addnorm(const float *yd, const int *inv, const int *rowex, const float *dscale,
-                                const float *wsel, int K, const float *ysh, float *h, int64_t H, int64_t HS,
-                                const float *w, float eps, bf16 *x0, bf16 *x1, float *xf) {
+__global__ void k_p_moe_addnorm(const float *yd, const int *inv, const float *wsel, int K, const float *ysh, float *h,
+                                int64_t H, int64_t HS, const float *w, float eps, bf16 *x0, bf16 *x1, float *xf) {
   __shared__ float sh[32];
   __shared__ int rows[RT_TMAX];
   __shared__ float ws[RT_TMAX];
   const int64_t t = blockIdx.x;
-  if (threadIdx.x < K) {
-    const int r = inv[t * K + threadIdx.x];
-    rows[threadIdx.x] = r, ws[threadIdx.x] = wsel[t * RT_KST + threadIdx.x] * dscale[rowex[r]];
-  }
+  if (threadIdx.x < K) rows[threadIdx.x] = inv[t * K + threadIdx.x], ws[threadIdx.x] = wsel[t * RT_KST + threadIdx.x];
   if (threadIdx.x == 0) ws[K] = wsel[t * RT_KST + K];
   __syncthreads();
   float *ht = h + t * HS;
   for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
     float acc = 0.0f;
-    for (int k = 0; k < K; k++) acc += ws[k] * yd[(int64_t)rows[k] * H + j];
+    for (int k = 0; k < K; k++)
+      if (rows[k] >= 0) acc += ws[k] * yd[(int64_t)rows[k] * H + j];
     if (ysh) acc += ws[K] * ysh[t * HS + j];
     ht[j] += acc;
   }
@@ -79,10 +69,9 @@ __global__ void k_p_moe_addnorm(const float *yd, const int *inv, const int *rowe
   tp_norm_row(ht, H, HS, w, eps, x0, x1, xf, sh);
 }
 
-void tp_moe_addnorm(cudaStream_t st, const float *yd, const int *inv, const int *rowex, const float *dscale,
-                    const float *wsel, int K, const float *ysh, float *h, int64_t H, int64_t HS, const float *w,
-                    float eps, bf16 *x0, bf16 *x1, float *xf, int n) {
-  k_p_moe_addnorm<<<n, 256, 0, st>>>(yd, inv, rowex, dscale, wsel, K, ysh, h, H, HS, w, eps, x0, x1, xf);
+void tp_moe_addnorm(cudaStream_t st, const float *yd, const int *inv, const float *wsel, int K, const float *ysh,
+                    float *h, int64_t H, int64_t HS, const float *w, float eps, bf16 *x0, bf16 *x1, float *xf, int n) {
+  k_p_moe_addnorm<<<n, 256, 0, st>>>(yd, inv, wsel, K, ysh, h, H, HS, w, eps, x0, x1, xf);
 }
 
 // weight i of L unscaled (i < rows x cols)
@@ -142,63 +131,19 @@ void tp_dequant(cudaStream_t st, const dlin *tab, int idx, int64_t rows, int64_t
   k_p_dequant<<<(unsigned)(b < 4096 ? (b > 0 ? b : 1) : 4096), 256, 0, st>>>(tab, idx, n, out);
 }
 
-// grid (nused, 64): expert used[blockIdx.x]; gate/up rows interleaved (a pair matrix is so already)
-__global__ void k_p_dequant_experts(const dlin *tab, int ex, int E, bool pair, const int *used, int64_t IE, int64_t H,
-                                    bf16 *out) {
-  const int e = used[blockIdx.x];
-  bf16 *gu = out + (int64_t)e * 3 * IE * H, *dn = gu + 2 * IE * H;
-  const int64_t n = 2 * IE * H, step = (int64_t)gridDim.y * blockDim.x * 16;
-  const int64_t i0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * 16;
-  if (pair) {
-    tp_dequant_run(tab[ex + e], n, gu, i0, step);
-  } else { // element i of the interleaved matrix: row r = i / H (gate r / 2 or up r / 2), column i % H
-    const dlin G = tab[ex + e], U = tab[ex + E + e];
-    const uint32_t h32 = (uint32_t)H; // (an expert's matrices are far below 2^32 elements)
-    for (int64_t i = i0; i < n; i += step)
-      for (int k = 0; k < 16 && i + k < n; k++) {
-        const uint32_t ii = (uint32_t)(i + k), r = ii / h32, c = ii - r * h32;
-        gu[i + k] = __float2bfloat16_rn(tp_weight((r & 1) ? U : G, (int64_t)(r >> 1) * H + c));
-      }
-  }
-  tp_dequant_run(tab[ex + 2 * E + e], IE * H, dn, i0, step);
-}
-
-void tp_dequant_experts(cudaStream_t st, const dlin *tab, int ex, int E, bool pair, const int *used, int nused,
-                        int64_t IE, int64_t H, bf16 *out) {
-  if (nused < 1) return;
-  k_p_dequant_experts<<<dim3((unsigned)nused, 64), 256, 0, st>>>(tab, ex, E, pair, used, IE, H, out);
-}
-
-__global__ void k_p_swiglu(const float *y, int64_t ldy, int gs, int64_t uo, int64_t I, const int *rowex,
-                           const float2 *escale, float sg, float su, bf16 *x0, bf16 *x1, int64_t ldo) {
+__global__ void k_p_swiglu(const float *y, int64_t ldy, int gs, int64_t uo, int64_t I, float sg, float su, bf16 *x0,
+                           bf16 *x1, int64_t ldo) {
   const int64_t r = blockIdx.x;
-  const float2 s = rowex ? escale[rowex[r]] : make_float2(sg, su);
   for (int64_t i = threadIdx.x; i < I; i += blockDim.x) {
-    const float g = y[r * ldy + i * gs] * s.x, u = y[r * ldy + uo + i * gs] * s.y;
+    const float g = y[r * ldy + i * gs] * sg, u = y[r * ldy + uo + i * gs] * su;
     tp_put(tk_silu(g) * u, x0, x1, r * ldo + i);
   }
 }
 
-void tp_swiglu(cudaStream_t st, const float *y, int64_t ldy, int gs, int64_t uo, int64_t I, const int *rowex,
-               const float2 *escale, float sg, float su, bf16 *x0, bf16 *x1, int64_t ldo, int64_t rows) {
+void tp_swiglu(cudaStream_t st, const float *y, int64_t ldy, int gs, int64_t uo, int64_t I, float sg, float su,
+               bf16 *x0, bf16 *x1, int64_t ldo, int64_t rows) {
   if (rows < 1) return;
-  k_p_swiglu<<<(unsigned)rows, 256, 0, st>>>(y, ldy, gs, uo, I, rowex, escale, sg, su, x0, x1, ldo);
-}
-
-__global__ void k_p_gather(const bf16 *a0, const bf16 *a1, const int *perm, int64_t HS, bf16 *s0, bf16 *s1) {
-  const int64_t r = blockIdx.x, src = (int64_t)perm[r] * HS;
-  uint4 *q0 = reinterpret_cast<uint4 *>(s0 + r * HS), *q1 = reinterpret_cast<uint4 *>(s1 + r * HS);
-  if (perm[r] < 0) { // a padding row
-    for (int64_t j = threadIdx.x; j < HS / 8; j += blockDim.x) q0[j] = q1[j] = make_uint4(0, 0, 0, 0);
-    return;
-  }
-  const uint4 *p0 = reinterpret_cast<const uint4 *>(a0 + src), *p1 = reinterpret_cast<const uint4 *>(a1 + src);
-  for (int64_t j = threadIdx.x; j < HS / 8; j += blockDim.x) q0[j] = p0[j], q1[j] = p1[j];
-}
-
-void tp_gather(cudaStream_t st, bf16 *const *xa, const int *perm, int64_t HS, bf16 *const *xs, int64_t rows) {
-  if (rows < 1) return;
-  k_p_gather<<<(unsigned)rows, 128, 0, st>>>(xa[0], xa[1], perm, HS, xs[0], xs[1]);
+  k_p_swiglu<<<(unsigned)rows, 256, 0, st>>>(y, ldy, gs, uo, I, sg, su, x0, x1, ldo);
 }
 
 // ---- Gated DeltaNet (target-architecture.md 2) ----

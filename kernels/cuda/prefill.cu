@@ -16,11 +16,12 @@ void tpre_free(tpre *p) {
   if (p->cb) cublasDestroy(p->cb);
   for (void *a : p->chunk) cudaFree(a);
   for (void *a : p->allocs) cudaFree(a);
-  if (p->hptrs) cudaFreeHost(p->hptrs);
-  if (p->hsort) cudaFreeHost(p->hsort);
-  if (p->hsel) cudaFreeHost(p->hsel);
   delete p;
 }
+
+static int64_t al16(int64_t n) { return (n + 15) / 16 * 16; }
+
+static const char *fmt_name(int f) { return f == LIN_BF16 ? "BF16" : f == LIN_FP8 ? "FP8" : f == LIN_NVFP4 ? "NVFP4" : "float32"; }
 
 // a weight's scale as the CPU reference applies it (BF16 weights have none); odd: a pair matrix's up rows
 static float scl(const dlin &d, bool odd) { return d.f == LIN_BF16 ? 1.0f : odd ? d.s2 : d.s; }
@@ -63,13 +64,9 @@ static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *e
   enum mtpq_status st = MTPQ_OK;
   if (!p->cb) { // (the handle last: a workspace with a handle is whole; a failed one is undone here)
     st = palloc(p->allocs, &p->wdq, (size_t)sh.dense * 2, err);
-    if (!st) st = palloc(p->allocs, &p->wex, (size_t)(sh.E * 3 * sh.IE * t->H) * 2, err);
-    if (!st) st = palloc(p->allocs, &p->escale, (size_t)(sh.E + 1) * sizeof(float2) + (size_t)sh.E * 4, err);
-    if (!st) st = palloc(p->allocs, &p->ptrs, (size_t)(8 * sh.E + 8) * sizeof(void *), err);
-    if (!st && cudaMallocHost((void **)&p->hptrs, (size_t)(8 * sh.E + 8) * sizeof(void *) +
-                                                      (size_t)(sh.E + 1) * sizeof(float2) + (size_t)sh.E * 4) !=
-                   cudaSuccess)
-      st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory");
+    int **es[] = {&p->cnt, &p->off, &p->toff};
+    for (int k = 0; k < 3 && !st; k++) st = palloc(p->allocs, es[k], (size_t)(sh.E + 1) * 4, err);
+    if (!st) st = palloc(p->allocs, &p->bad, 4 * 4, err);
     if (!st && cublasCreate(&p->cb) != CUBLAS_STATUS_SUCCESS)
       p->cb = nullptr, st = mtpq_err_set(err, MTPQ_E_GPU, "cannot create a cuBLAS handle");
     if (!st && cublasSetStream(p->cb, m->ctx.st) != CUBLAS_STATUS_SUCCESS)
@@ -84,36 +81,31 @@ static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *e
   C = std::max(C, p->C), L = std::max(L, p->L);
   for (void *a : p->chunk) cudaFree(a);
   p->chunk.clear(), p->C = p->L = 0;
-  if (p->hsort) cudaFreeHost(p->hsort), p->hsort = nullptr;
-  if (p->hsel) cudaFreeHost(p->hsel), p->hsel = nullptr;
-  // CK: a chunk's routed rows; RP: with each expert's rows padded to TP_PAD
-  const int64_t HS = m->HS, CK = C * std::max<int64_t>(sh.K, 1), RP = CK + TP_PAD * sh.E;
-  const int64_t IM = std::max<int64_t>(sh.IS, 1);
-  const int64_t IE = std::max<int64_t>(sh.IE, 1), QB = std::min<int64_t>(C, TP_QB);
+  // CK: a chunk's routed rows
+  const int64_t HS = m->HS, CK = C * std::max<int64_t>(sh.K, 1);
+  const int64_t IM = std::max<int64_t>(sh.IS, 1), IE = al16(std::max<int64_t>(sh.IE, 1));
+  const int64_t QB = std::min<int64_t>(C, TP_QB);
   std::vector<void *> &v = p->chunk;
   struct fb {
     float **p;
     int64_t n;
   } fs[] = {{&p->h, C * HS},         {&p->y, C * HS},           {&p->proj, C * m->PS},  {&p->mix, C * t->conv_dim},
-            {&p->beta, C * t->HV},   {&p->dec, C * t->HV},      {&p->kq, C * t->HK},      {&p->o, C * m->VS},     {&p->qg, C * m->QGS},
-            {&p->kk, C * m->KVS},    {&p->vv, C * m->KVS},      {&p->att, C * m->ATS},  {&p->sc, t->Nq * QB * L},
-            {&p->pr, C * sh.E},      {&p->sz, C},               {&p->wsel, C * RT_KST}, {&p->ygu, std::max(RP * 2 * IE, C * 2 * IM)},
-            {&p->yd, RP * t->H},     {&p->ysh, C * HS},         {&p->hid, C * HS}};
+            {&p->beta, C * t->HV},   {&p->dec, C * t->HV},      {&p->kq, C * t->HK},    {&p->o, C * m->VS},
+            {&p->qg, C * m->QGS},    {&p->kk, C * m->KVS},      {&p->vv, C * m->KVS},   {&p->att, C * m->ATS},
+            {&p->sc, t->Nq * QB * L}, {&p->pr, C * sh.E},       {&p->sz, C},            {&p->wsel, C * RT_KST},
+            {&p->ygu, C * 2 * IM},   {&p->yd, CK * t->H},       {&p->ysh, C * HS},      {&p->hid, C * HS}};
   for (const fb &f : fs)
     if (!st) st = palloc(v, f.p, (size_t)f.n * 4, err);
   struct bb {
     bf16 **p;
     int64_t n;
-  } bs[] = {{p->xa, C * HS},  {p->xo, C * std::max(m->VS, m->ATS)}, {p->xs, RP * HS},
-            {p->xact, std::max(RP * IE, C * IM)}, {p->qb, t->Nq * C * t->D}, {p->pp, t->Nq * QB * L}};
+  } bs[] = {{p->xa, C * HS}, {p->xo, C * std::max(m->VS, m->ATS)}, {p->xact, std::max(CK * IE, C * IM)},
+            {p->qb, t->Nq * C * t->D}, {p->pp, t->Nq * QB * L}};
   for (const bb &b : bs)
     for (int k = 0; k < 2 && !st; k++) st = palloc(v, &b.p[k], (size_t)b.n * 2, err);
-  int **is[] = {&p->tok, &p->sel, &p->perm, &p->rowex};
-  const int64_t in[] = {C, C * RT_KST, RP + CK, RP + sh.E + 1};
-  for (int k = 0; k < 4 && !st; k++) st = palloc(v, is[k], (size_t)in[k] * 4, err);
-  if (!st && (cudaMallocHost((void **)&p->hsort, (size_t)(2 * RP + CK + sh.E + 1) * 4) != cudaSuccess ||
-              cudaMallocHost((void **)&p->hsel, (size_t)CK * 4) != cudaSuccess))
-    st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory");
+  int **is[] = {&p->tok, &p->sel, &p->slot, &p->perm, &p->inv};
+  const int64_t in[] = {C, C * RT_KST, CK, CK, CK};
+  for (int k = 0; k < 5 && !st; k++) st = palloc(v, is[k], (size_t)in[k] * 4, err);
   if (!st) p->C = C, p->L = L;
   return st;
 }
@@ -153,107 +145,46 @@ static enum mtpq_status mlp(tgpu *m, int g, int u, int dn, bool pair, bf16 *cons
   if (!st && !pair) st = dense(m, u, X, HS, n, p->ygu + I, 2 * I, true, err);
   if (st) return st;
   const dlin &G = w[(size_t)g], &U = w[(size_t)(pair ? g : u)];
-  tp_swiglu(m->ctx.st, p->ygu, 2 * I, pair ? 2 : 1, pair ? 1 : I, I, nullptr, nullptr, scl(G, false), scl(U, pair),
-            p->xact[0], p->xact[1], I, n);
+  tp_swiglu(m->ctx.st, p->ygu, 2 * I, pair ? 2 : 1, pair ? 1 : I, I, scl(G, false), scl(U, pair), p->xact[0],
+            p->xact[1], I, n);
   return dense(m, dn, p->xact, I, n, Y, ldy, false, err);
 }
 
-// one batched GEMM a bucket of experts (the same padded row count), for both pieces of x: C = alpha A B^T
-static enum mtpq_status batched(tpre *p, const std::vector<int> &bucket, int64_t m_, int64_t k_, const void *const *A,
-                                int64_t lda, const void *const *B0, const void *const *B1, int64_t ldb,
-                                void *const *C, int64_t ldc, const std::vector<int> &rows, struct mtpq_err *err) {
-  const float one = 1.0f, zero = 0.0f;
-  for (size_t b = 0; b + 1 < bucket.size(); b++) {
-    const int u0 = bucket[b], nb = bucket[b + 1] - u0;
-    for (int k = 0; k < 2; k++)
-      CB(cublasGemmBatchedEx(p->cb, CUBLAS_OP_T, CUBLAS_OP_N, (int)m_, rows[(size_t)u0], (int)k_, &one, A + u0,
-                             CUDA_R_16BF, (int)lda, (k ? B1 : B0) + u0, CUDA_R_16BF, (int)ldb, k ? &one : &zero, C + u0,
-                             CUDA_R_32F, (int)ldc, nb, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
-  return MTPQ_OK;
-}
-
-// layer i's routed experts over the chunk's n tokens (normed input in xa): the routing copied back, the rows
-// sorted by expert (stable: token order within an expert), each expert's rows padded to a multiple of TP_PAD
-// (zero inputs) so that the experts of one padded count are one batched GEMM (cuBLAS has no grouped GEMM
-// from BF16 into float32), the used experts dequantized, gate/up and down; expert outputs into yd (row
-// (*inv)[t K + k] for token t's k-th expert, a device array, unscaled by the down's scale, which the add-norm
-// applies)
-static enum mtpq_status experts(tgpu *m, int64_t i, int n, const int **inv_dev, struct mtpq_err *err) {
+// layer i's routed experts over the chunk's n tokens (normed input in xa, the routing in sel): the routing
+// sorted by expert on the device, then every expert's gate/up with SwiGLU (one launch) and down (one launch)
+// into yd (row inv[t K + k] for token t's k-th expert, times the down's tensor scale); kernels/cuda/k_egemm.cu
+static enum mtpq_status experts(tgpu *m, int64_t i, int n, struct mtpq_err *err) {
   tpre *p = m->pre;
   gpu_session *g = &m->ctx;
   const tlayer_dev &l = m->L[(size_t)i];
   const struct rt_mlp &mlp = m->t->layers[i].mlp;
   const int E = (int)mlp.E, K = (int)mlp.topk, N = n * K;
-  const int64_t H = m->H, HS = m->HS, IE = mlp.eg[0].rows;
-  CK(cudaMemcpy2DAsync(p->hsel, (size_t)K * 4, p->sel, RT_KST * 4, (size_t)K * 4, (size_t)n, cudaMemcpyDeviceToHost,
-                       g->st));
-  CK(cudaStreamSynchronize(g->st));
-  std::vector<int> cnt((size_t)E, 0), used;
-  for (int r = 0; r < N; r++) {
-    if (p->hsel[r] < 0 || p->hsel[r] >= E)
-      return mtpq_err_set(err, MTPQ_E_INTERNAL, "layer %lld: token %d routed to expert %d of %d", (long long)i, r / K,
-                          p->hsel[r], E);
-    cnt[(size_t)p->hsel[r]]++;
-  }
-  for (int e = 0; e < E; e++)
-    if (cnt[(size_t)e]) used.push_back(e);
-  const int nu = (int)used.size();
-  // the used experts by padded count (a bucket each), their row blocks in that order
-  auto pad = [&](int e) { return (cnt[(size_t)e] + TP_PAD - 1) / TP_PAD * TP_PAD; };
-  std::stable_sort(used.begin(), used.end(), [&](int a, int b) { return pad(a) < pad(b); });
-  std::vector<int> off((size_t)E, 0), rows((size_t)nu), bucket;
-  int R = 0;
-  for (int u = 0; u < nu; u++) {
-    const int e = used[(size_t)u];
-    if (!u || pad(e) != rows[(size_t)u - 1]) bucket.push_back(u);
-    off[(size_t)e] = R, rows[(size_t)u] = pad(e), R += pad(e);
-  }
-  bucket.push_back(nu);
-  int *perm = p->hsort, *inv = perm + R, *rowex = inv + N, *ulist = rowex + R;
-  std::fill(perm, perm + R, -1);
-  std::vector<int> fill(off);
-  for (int u = 0; u < nu; u++)
-    for (int r = 0; r < rows[(size_t)u]; r++) rowex[off[(size_t)used[(size_t)u]] + r] = used[(size_t)u];
-  for (int r = 0; r < N; r++) {
-    const int e = p->hsel[r], pos = fill[(size_t)e]++;
-    perm[pos] = r / K, inv[r] = pos;
-  }
-  for (int u = 0; u < nu; u++) ulist[u] = used[(size_t)u];
-  float2 *es = reinterpret_cast<float2 *>(p->hptrs + 8 * m->E + 8);
-  float *ds = reinterpret_cast<float *>(es + m->E + 1);
+  const int64_t H = m->H, IE = mlp.eg[0].rows, IEs = al16(IE);
   const std::vector<dlin> &w = g->w.host;
-  for (int e = 0; e < E; e++) {
-    const dlin &G = w[(size_t)(l.ex + e)], &U = w[(size_t)(l.glu ? l.ex + e : l.ex + E + e)];
-    es[e] = make_float2(scl(G, false), scl(U, l.glu)), ds[e] = scl(w[(size_t)(l.ex + 2 * E + e)], false);
+  const int gi = l.ex, ui = l.glu ? -1 : l.ex + E, di = l.ex + 2 * E;
+  const int fg = w[(size_t)gi].f, fd = w[(size_t)di].f;
+  for (int e = 0; e < E; e++) { // (one format a launch: the kernels read every expert's rows alike)
+    const dlin &G = w[(size_t)(gi + e)], &D = w[(size_t)(di + e)];
+    const bool up_ok = ui < 0 || w[(size_t)(ui + e)].f == fg;
+    if (G.f != fg || D.f != fd || !up_ok || G.cols % 16 || D.cols % 16)
+      return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
+                          "%s: layer %lld's experts: the CUDA prefill takes every routed expert of a layer in one "
+                          "format (gate and up alike) with widths that are multiples of 16; expert %d's gate is "
+                          "%s, %lld wide, its down %s, %lld wide (expert 0's: %s, %s)",
+                          mtpq__target_name(m->t), (long long)i, e, fmt_name(G.f), (long long)G.cols,
+                          fmt_name(D.f), (long long)D.cols, fmt_name(fg), fmt_name(fd));
   }
-  CK(cudaMemcpyAsync(p->perm, perm, (size_t)(R + N) * 4, cudaMemcpyHostToDevice, g->st)); // perm, inv
-  CK(cudaMemcpyAsync(p->rowex, rowex, (size_t)(R + nu) * 4, cudaMemcpyHostToDevice, g->st)); // rowex, used
-  CK(cudaMemcpyAsync(p->escale, es, (size_t)(m->E + 1) * sizeof(float2) + (size_t)E * 4, cudaMemcpyHostToDevice,
-                     g->st)); // escale, dscale
-  *inv_dev = p->perm + R;
-  tp_gather(g->st, p->xa, p->perm, HS, p->xs, R);
-  tp_dequant_experts(g->st, g->w.lins, l.ex, E, l.glu, p->rowex + R, nu, IE, H, p->wex);
-  // the batched GEMMs' pointer arrays: gate/up A, B0, B1, C, then down A, B0, B1, C (nu each)
-  const void **hp = p->hptrs;
-  for (int u = 0; u < nu; u++) {
-    const int e = used[(size_t)u];
-    const int64_t o = off[(size_t)e];
-    const bf16 *W = p->wex + (int64_t)e * 3 * IE * H;
-    hp[0 * nu + u] = W, hp[1 * nu + u] = p->xs[0] + o * HS, hp[2 * nu + u] = p->xs[1] + o * HS;
-    hp[3 * nu + u] = p->ygu + o * 2 * IE;
-    hp[4 * nu + u] = W + 2 * IE * H, hp[5 * nu + u] = p->xact[0] + o * IE, hp[6 * nu + u] = p->xact[1] + o * IE;
-    hp[7 * nu + u] = p->yd + o * H;
-  }
-  CK(cudaMemcpyAsync(p->ptrs, hp, (size_t)(8 * nu) * sizeof(void *), cudaMemcpyHostToDevice, g->st));
-  const void *const *dp = p->ptrs;
-  enum mtpq_status st = batched(p, bucket, 2 * IE, H, dp, H, dp + nu, dp + 2 * nu, HS, (void *const *)(dp + 3 * nu),
-                                2 * IE, rows, err);
-  if (st) return st;
-  tp_swiglu(g->st, p->ygu, 2 * IE, 2, 1, IE, p->rowex, p->escale, 0.0f, 0.0f, p->xact[0], p->xact[1], IE, R);
-  st = batched(p, bucket, H, IE, dp + 4 * nu, IE, dp + 5 * nu, dp + 6 * nu, IE, (void *const *)(dp + 7 * nu), H, rows,
-               err);
-  return st;
+  tp_route_sort(g->st, p->sel, n, K, E, p->cnt, p->slot, p->off, p->toff, p->perm, p->inv, p->bad, (int)i);
+  tp_eg_args A = {};
+  A.tab = g->w.lins, A.w0 = gi, A.u0 = ui, A.E = E, A.off = p->off, A.toff = p->toff, A.perm = p->perm;
+  A.x0 = p->xa[0], A.x1 = p->xa[1], A.ldx = m->HS, A.kdim = H, A.mdim = IE;
+  A.o0 = p->xact[0], A.o1 = p->xact[1], A.ldo = IEs;
+  tp_egemm(g->st, fg, true, A, N);
+  tp_eg_args D = {};
+  D.tab = g->w.lins, D.w0 = di, D.u0 = -1, D.E = E, D.off = p->off, D.toff = p->toff, D.perm = nullptr;
+  D.x0 = p->xact[0], D.x1 = p->xact[1], D.ldx = IEs, D.kdim = IE, D.mdim = H, D.y = p->yd, D.ldy = H;
+  tp_egemm(g->st, fd, false, D, N);
+  return MTPQ_OK;
 }
 
 // layer i's attention over the chunk (its tokens at pos0..): q/k/v, the cache, scores, softmax, values, gate
@@ -343,6 +274,7 @@ extern "C" enum mtpq_status mtpq__tcuda_prefill(void *ps, int n, const int32_t *
   const int64_t H = m->H, HS = m->HS;
   g->on = g->st;
   CK(cudaMemcpyAsync(p->tok, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, g->st));
+  CK(cudaMemsetAsync(p->bad, 0xFF, 4 * 4, g->st));
   tp_embed(g->st, p->tok, m->embed, t->embed_f32, H, HS, p->h, n);
   tp_addnorm(g->st, nullptr, 0, p->h, H, HS, m->L[0].in_norm, t->eps, p->xa[0], p->xa[1], nullptr, n);
   for (int64_t i = 0; i < t->L && !st; i++) {
@@ -365,18 +297,25 @@ extern "C" enum mtpq_status mtpq__tcuda_prefill(void *ps, int n, const int32_t *
     if (st) break;
     go(g, false, k_t_route, dim3((unsigned)n), dim3(32), 0, (const float *)p->pr, (int64_t)w.E,
        (const float *)(l.seg >= 0 ? p->sz : nullptr), (int)w.E, (int)w.topk, w.norm_topk, p->wsel, p->sel);
-    const int *inv = nullptr;
-    st = experts(m, i, n, &inv, err);
+    st = experts(m, i, n, err);
     if (!st && l.sg >= 0) st = mlp(m, l.sg, l.su, l.sd, l.glu, p->xa, n, p->ysh, HS, err);
     if (!st)
-      tp_moe_addnorm(g->st, p->yd, inv, p->rowex, reinterpret_cast<const float *>(p->escale + m->E + 1),
-                     p->wsel, (int)w.topk, l.sg >= 0 ? p->ysh : nullptr, p->h, H, HS, nw, t->eps, x0, x1, xf, n);
+      tp_moe_addnorm(g->st, p->yd, p->inv, p->wsel, (int)w.topk, l.sg >= 0 ? p->ysh : nullptr, p->h, H, HS, nw,
+                     t->eps, x0, x1, xf, n);
   }
   if (st) return st;
   CK(cudaGetLastError());
   if (hidden)
     CK(cudaMemcpy2DAsync(hidden, (size_t)H * 4, p->hid, (size_t)HS * 4, (size_t)H * 4, (size_t)n,
                          cudaMemcpyDefault, g->st)); // (host memory, or the live loop's device rows)
+  int bad[3];
+  CK(cudaMemcpyAsync(bad, p->bad, sizeof bad, cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
+  if (bad[0] >= 0)
+    return mtpq_err_set(err, MTPQ_E_BAD_VALUE,
+                        "%s: prefill: layer %d routed token %d (position %lld) to expert %d of %lld: the router's "
+                        "logits are not finite",
+                        mtpq__target_name(t), bad[0], bad[1], (long long)(pos0 + bad[1]), bad[2],
+                        (long long)m->E);
   return MTPQ_OK;
 }

@@ -8,31 +8,28 @@
 // that each read ~8 x top-k experts a layer (ledger 32; the figures are in
 // ledger 39). Here every weight is read once a chunk: the dense products
 // are cuBLAS GEMMs over the chunk; the routed experts are sorted by expert
-// on the host (the routing is copied back once a layer), each expert's rows
-// padded to a multiple of TP_PAD, the used experts dequantized to BF16, and
-// the experts of one padded row count are one batched GEMM (cuBLAS's
-// grouped GEMM takes no BF16 inputs into float32 outputs: status
-// NOT_SUPPORTED on CUDA 13.0); the attention is two GEMMs a KV head with a
+// on the device and go through one grouped GEMM launch for every expert's
+// gate/up and one for every down, reading the weights as stored
+// (k_egemm.cu; ledger 42); the attention is two GEMMs a KV head with a
 // causal softmax between them; the Gated DeltaNet recurrence runs eight
 // lanes a state column over the chunk's tokens, staged a tile at a time
 // (ledger 39).
 //
-// Numerics: weights go to the GEMMs as BF16 exactly as stored (BF16; FP8
-// and E2M1 x E4M3 block scale, both exact in BF16), their tensor scale as
-// the GEMM's alpha or in the SwiGLU that reads the product (a gate/up pair
-// has two); activations as two BF16 pieces hi + lo (each rounded to
-// nearest, so x to about 2^-16 of itself) in two GEMMs into one float32
-// sum. The attention's queries and probabilities go as two pieces too; the
-// K/V cache is BF16 as in every forward. So the results agree with the
-// CPU reference to float tolerance, not bit for bit; the GPU tests state it.
+// Numerics: weights go to the tensor cores as BF16 exactly as stored (BF16;
+// FP8 and E2M1 x E4M3 block scale, both exact in BF16), their tensor scale
+// as the GEMM's alpha or applied to the float32 sums; activations as two
+// BF16 pieces hi + lo (each rounded to nearest, so x to about 2^-16 of
+// itself) accumulated into one float32 sum. The attention's queries and
+// probabilities go as two pieces too; the K/V cache is BF16 as in every
+// forward. So the results agree with the CPU reference to float tolerance,
+// not bit for bit; the GPU tests state it.
 #pragma once
 #include <cublas_v2.h>
 
 #include "kernels/cuda/target.cuh"
 
-#define TP_CHUNK MTPQ_TCUDA_PREFILL // prompt tokens a chunk (the GEMMs' columns; the experts' dequantization is paid once a chunk)
+#define TP_CHUNK MTPQ_TCUDA_PREFILL // prompt tokens a chunk (the GEMMs' columns: every weight is read once a chunk)
 #define TP_QB 256     // query rows a block of the attention's scores (bounds the scores' memory)
-#define TP_PAD 16     // an expert's routed rows are padded to a multiple of this (one batched GEMM a padded count)
 
 typedef __nv_bfloat16 bf16;
 
@@ -45,19 +42,25 @@ struct tpre {
   float *o = nullptr;
   float *qg = nullptr, *kk = nullptr, *vv = nullptr, *att = nullptr, *sc = nullptr;
   float *pr = nullptr, *sz = nullptr, *wsel = nullptr, *ygu = nullptr, *yd = nullptr, *ysh = nullptr, *hid = nullptr;
-  // a layer's routed rows: perm, sorted row -> token (-1: padding), then its inverse; rowex, sorted row ->
-  // expert, then the used experts
-  int *sel = nullptr, *perm = nullptr, *rowex = nullptr;
-  float2 *escale = nullptr; // each expert's gate and up scales, then (as float) each down's
-  bf16 *xa[2] = {}, *xo[2] = {}, *xs[2] = {}, *xact[2] = {}, *qb[2] = {}, *pp[2] = {};
-  bf16 *wdq = nullptr, *wex = nullptr;           // dequantized weights: one dense product, a layer's experts
-  const void **ptrs = nullptr, **hptrs = nullptr; // the grouped GEMMs' pointer arrays: device, pinned host
-  int *hsort = nullptr;                          // pinned: perm, inv, rowex of a layer
-  int *hsel = nullptr;                           // pinned: the routing copied back [C][K]
-  std::vector<void *> allocs, chunk;             // the whole workspace; the part sized by C and L
+  // a layer's routing sorted by expert (k_egemm.cu): sel, the routing [C][RT_KST]; slot, each routed (token,
+  // k)'s place in its expert; perm, sorted row -> token; inv, (token, k) -> sorted row; cnt, off, toff: each
+  // expert's rows, first row and first tile (E + 1); bad: {layer, token, expert} of a routing outside the
+  // experts, -1 if none
+  int *sel = nullptr, *slot = nullptr, *perm = nullptr, *inv = nullptr, *cnt = nullptr, *off = nullptr;
+  int *toff = nullptr, *bad = nullptr;
+  bf16 *xa[2] = {}, *xo[2] = {}, *xact[2] = {}, *qb[2] = {}, *pp[2] = {};
+  bf16 *wdq = nullptr; // one dense product's weights dequantized
+  std::vector<void *> allocs, chunk; // the whole workspace; the part sized by C and L
 };
 
 void tpre_free(tpre *p);
+
+// v as hi + lo, each BF16 rounded to nearest (v - hi is exact in float)
+__device__ __forceinline__ void tp_put(float v, bf16 *x0, bf16 *x1, int64_t i) {
+  const bf16 hi = __float2bfloat16_rn(v);
+  x0[i] = hi;
+  x1[i] = __float2bfloat16_rn(v - __bfloat162float(hi));
+}
 
 // ---- k_prefill.cu: the kernels' launchers (on stream st) ----
 
@@ -66,22 +69,38 @@ void tp_embed(cudaStream_t st, const int *tok, const uint8_t *emb, int f32, int6
 // h += y (y may be NULL), then (1 + w) RMSNorm(h): as two BF16 pieces (x0, x1) or float32 (xf)
 void tp_addnorm(cudaStream_t st, const float *y, int64_t ys, float *h, int64_t H, int64_t HS, const float *w,
                 float eps, bf16 *x0, bf16 *x1, float *xf, int n);
-// h += sum_k wsel[t][k] dscale[e] yd[r] (r = inv[t K + k], e = rowex[r]) (+ wsel[t][K] ysh[t]), then the norm
-// as tp_addnorm
-void tp_moe_addnorm(cudaStream_t st, const float *yd, const int *inv, const int *rowex, const float *dscale,
-                    const float *wsel, int K, const float *ysh,
+// h += sum_k wsel[t][k] yd[inv[t K + k]] (rows < 0 skipped) (+ wsel[t][K] ysh[t]), then the norm as tp_addnorm
+void tp_moe_addnorm(cudaStream_t st, const float *yd, const int *inv, const float *wsel, int K, const float *ysh,
                     float *h, int64_t H, int64_t HS, const float *w, float eps, bf16 *x0, bf16 *x1, float *xf, int n);
 // a product's weights as BF16, unscaled (E2M1 x block scale, E4M3, BF16)
 void tp_dequant(cudaStream_t st, const dlin *tab, int idx, int64_t rows, int64_t cols, bf16 *out);
-// the used experts' gate/up (rows interleaved gate i, up i) and down matrices as BF16 into out + e 3 IE H
-void tp_dequant_experts(cudaStream_t st, const dlin *tab, int ex, int E, bool pair, const int *used, int nused,
-                        int64_t IE, int64_t H, bf16 *out);
-// rows r: silu(g s_g) (u s_u) as two BF16 pieces [rows][ldo]; g of feature i at y[r ldy + i gs], u at + uo;
-// scales per row's expert (escale[rowex[r]]) or (sg, su) where rowex is NULL
-void tp_swiglu(cudaStream_t st, const float *y, int64_t ldy, int gs, int64_t uo, int64_t I, const int *rowex,
-               const float2 *escale, float sg, float su, bf16 *x0, bf16 *x1, int64_t ldo, int64_t rows);
-// sorted rows' inputs: xs[r] = xa[perm[r]] (both pieces; zeros where perm[r] < 0)
-void tp_gather(cudaStream_t st, bf16 *const *xa, const int *perm, int64_t HS, bf16 *const *xs, int64_t rows);
+// rows r: silu(g sg) (u su) as two BF16 pieces [rows][ldo]; g of feature i at y[r ldy + i gs], u at + uo
+void tp_swiglu(cudaStream_t st, const float *y, int64_t ldy, int gs, int64_t uo, int64_t I, float sg, float su,
+               bf16 *x0, bf16 *x1, int64_t ldo, int64_t rows);
+
+// ---- k_egemm.cu: the routed experts ----
+
+// the routing sel [n][RT_KST] (K a token) sorted by expert: cnt, slot, off, toff, perm, inv as tpre says;
+// a routing outside [0, E) recorded in bad (with layer) and dropped
+void tp_route_sort(cudaStream_t st, const int *sel, int n, int K, int E, int *cnt, int *slot, int *off, int *toff,
+                   int *perm, int *inv, int *bad, int layer);
+
+struct tp_eg_args {
+  const dlin *tab;
+  int w0, u0;                // expert e's gate/up pair (or gate) at w0 + e, its up at u0 + e (u0 < 0: pairs); down: w0
+  int E;
+  const int *off, *toff;     // tp_route_sort's
+  const int *perm;           // the rows' inputs: x row perm[r] (gate/up) or r (perm NULL: down)
+  const bf16 *x0, *x1;       // the inputs' pieces [..][ldx]
+  int64_t ldx, kdim, mdim;   // k; features (gate/up) or output rows (down)
+  bf16 *o0, *o1;             // gate/up: SwiGLU's pieces [rows][ldo]
+  int64_t ldo;
+  float *y;                  // down: y [rows][ldy], times the down's tensor scale
+  int64_t ldy;
+};
+// every expert's gate/up (gu) or down over the rows sorted rows, weights of format f (every expert's, and
+// the up's, the same; kdim a multiple of 16)
+void tp_egemm(cudaStream_t st, int f, bool gu, const tp_eg_args &A, int rows);
 
 struct tp_gdn_args {
   const float *proj, *conv_w, *A_log, *dt_bias, *gnorm, *conv_old, *rec_old;

@@ -1,0 +1,348 @@
+// The prefill's routed experts (kernels/cuda/prefill.cuh): the routing
+// sorted by expert on the device, and one grouped GEMM launch for every
+// expert's gate/up (SwiGLU in its epilogue) and one for every expert's down,
+// reading each weight as stored (BF16, FP8 or NVFP4) straight into the
+// tensor cores' A fragments.
+//
+// Sort: each routed (token, k) takes a place in its expert by an atomic
+// count (k_p_rcount), one block scans the counts into row and tile offsets
+// (k_p_rscan), and the places become rows (k_p_rplace). The order of an
+// expert's rows is whatever the atomics gave; a row's products depend only
+// on its token and its expert, and the add-norm sums a token's experts in
+// k order through inv, so the results do not depend on it.
+//
+// GEMM (k_p_egemm, block 128 threads): block x is one tile of up to TE_N
+// rows of one expert (toff: the experts' first tiles; a block past the
+// last tile returns at once), block y a slab of weight rows. Each warp
+// holds two m16 tiles of weight rows and multiplies them by the tile's
+// rows (the MMA's n, 8 at a time, only those holding rows). The k of a
+// 64-wide chunk are dealt so that lane (g, t) holds elements 16 t .. 16 t
+// + 15 of its rows (one NVFP4 block: one scale) and MMA j takes elements
+// 16 t + 4 j .. + 3 as its k slots (2 t, 2 t + 1, 2 t + 8, 2 t + 9); the
+// B fragments take the same k from the rows' pieces in shared memory, so
+// the dot products are the true ones, summed in the tensor core's order.
+// gate/up: MMA row g is feature f's gate row and row g + 8 its up row, so
+// SwiGLU pairs sit in one lane's accumulators.
+//
+// Numerics (as the cuBLAS products of the prefill): weights exact in BF16
+// (BF16; E4M3; E2M1 x E4M3 block scale, at most 5 significant bits), the
+// tensor scale applied to the float32 sums; activations two BF16 pieces
+// hi + lo accumulated into one float32 sum.
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/prefill.cuh"
+
+#define TE_N 64            // rows (tokens) a tile
+#define TE_KC 64           // k a chunk
+#define TE_BS (TE_KC + 8)  // a staged row's stride in halves (16 bytes of padding: no bank conflicts)
+
+// ---- the routing sorted by expert ----
+
+// grid ceil(n K / 256): routed (token, k) i takes place slot[i] in its expert; an expert outside [0, E)
+// (non-finite router logits) is recorded once in bad {layer, token, expert} and routes nowhere
+__global__ void k_p_rcount(const int *sel, int n, int K, int E, int *cnt, int *slot, int *bad, int layer) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n * K) return;
+  const int t = i / K, e = sel[t * RT_KST + i % K];
+  if (e < 0 || e >= E) {
+    slot[i] = -1;
+    if (atomicCAS(bad, -1, layer) == -1) bad[1] = t, bad[2] = e;
+    return;
+  }
+  slot[i] = atomicAdd(cnt + e, 1);
+}
+
+// one block of 1024: off[e] = rows of experts before e, toff[e] = their tiles (E + 1 entries each)
+__global__ void k_p_rscan(const int *cnt, int E, int *off, int *toff) {
+  __shared__ int ws[2][32];
+  const int per = (E + 1023) / 1024, e0 = threadIdx.x * per, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  int r = 0, tl = 0;
+  for (int e = e0; e < e0 + per && e < E; e++) r += cnt[e], tl += (cnt[e] + TE_N - 1) / TE_N;
+  int ri = r, ti = tl; // inclusive scans within the warp
+  for (int o = 1; o < 32; o <<= 1) {
+    const int a = __shfl_up_sync(0xFFFFFFFFu, ri, o), b = __shfl_up_sync(0xFFFFFFFFu, ti, o);
+    if (lane >= o) ri += a, ti += b;
+  }
+  if (lane == 31) ws[0][w] = ri, ws[1][w] = ti;
+  __syncthreads();
+  int rb = 0, tb = 0;
+  for (int i = 0; i < w; i++) rb += ws[0][i], tb += ws[1][i];
+  rb += ri - r, tb += ti - tl; // exclusive: rows and tiles before this thread's experts
+  for (int e = e0; e < e0 + per && e < E; e++) {
+    off[e] = rb, toff[e] = tb;
+    rb += cnt[e], tb += (cnt[e] + TE_N - 1) / TE_N;
+  }
+  if (threadIdx.x == 1023) off[E] = rb, toff[E] = tb;
+}
+
+// grid ceil(n K / 256): perm[row] = token, inv[i] = row (-1 where routed nowhere)
+__global__ void k_p_rplace(const int *sel, const int *slot, const int *off, int n, int K, int *perm, int *inv) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n * K) return;
+  const int t = i / K;
+  if (slot[i] < 0) {
+    inv[i] = -1;
+    return;
+  }
+  const int r = off[sel[t * RT_KST + i % K]] + slot[i];
+  perm[r] = t, inv[i] = r;
+}
+
+void tp_route_sort(cudaStream_t st, const int *sel, int n, int K, int E, int *cnt, int *slot, int *off, int *toff,
+                   int *perm, int *inv, int *bad, int layer) {
+  const unsigned b = (unsigned)((n * K + 255) / 256);
+  cudaMemsetAsync(cnt, 0, (size_t)E * 4, st);
+  k_p_rcount<<<b, 256, 0, st>>>(sel, n, K, E, cnt, slot, bad, layer);
+  k_p_rscan<<<1, 1024, 0, st>>>(cnt, E, off, toff);
+  k_p_rplace<<<b, 256, 0, st>>>(sel, slot, off, n, K, perm, inv);
+}
+
+// ---- the grouped GEMM ----
+
+__device__ __forceinline__ void te_cp16(void *dst, const void *src, bool ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+#endif
+}
+__device__ __forceinline__ void te_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void te_wait1() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+
+// F: LIN_BF16, LIN_FP8 or LIN_NVFP4; a lane's 16 weights of one row, raw (BF16 32 bytes, FP8 16, NVFP4 8 and
+// the block's scale byte)
+template <int F> struct te_raw {
+  uint4 v[F == LIN_BF16 ? 2 : 1];
+  uint32_t sc;
+};
+
+template <int F> __device__ __forceinline__ void te_load(const uint8_t *row, const uint8_t *srow, int64_t k, bool ok,
+                                                         te_raw<F> &r) {
+  if (!ok) {
+#pragma unroll
+    for (int i = 0; i < (F == LIN_BF16 ? 2 : 1); i++) r.v[i] = make_uint4(0, 0, 0, 0);
+    r.sc = 0;
+    return;
+  }
+  if constexpr (F == LIN_BF16) {
+    const uint4 *p = reinterpret_cast<const uint4 *>(row + 2 * k);
+    r.v[0] = __ldg(p), r.v[1] = __ldg(p + 1);
+  } else if constexpr (F == LIN_FP8) {
+    r.v[0] = __ldg(reinterpret_cast<const uint4 *>(row + k));
+  } else {
+    const uint2 u = __ldg(reinterpret_cast<const uint2 *>(row + k / 2));
+    r.v[0] = make_uint4(u.x, u.y, 0, 0), r.sc = srow[k / 16];
+  }
+}
+
+// the raw weights' element pair (4 j + 2 h, 4 j + 2 h + 1) as a BF16 pair (the lower k in the low half), exact
+template <int F>
+__device__ __forceinline__ uint32_t te_pair(const te_raw<F> &r, int j, int h, const uint32_t *lut, __nv_bfloat162 s) {
+  if constexpr (F == LIN_BF16) {
+    const uint4 q = r.v[j >> 1];
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+    return w[2 * (j & 1) + h];
+  } else if constexpr (F == LIN_FP8) {
+    const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+    const float2 f = rt_e4m3x2((uint16_t)(w[j] >> (16 * h)));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+    return *reinterpret_cast<const uint32_t *>(&b);
+  } else {
+    const uint32_t w = j < 2 ? r.v[0].x : r.v[0].y, byte = (w >> (8 * (2 * (j & 1) + h))) & 0xFFu;
+    const uint32_t u = lut[byte];
+    const __nv_bfloat162 b = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&u), s);
+    return *reinterpret_cast<const uint32_t *>(&b);
+  }
+}
+
+// E2M1 byte (two codes, the lower k in the low nibble) as a BF16 pair
+__device__ __forceinline__ uint32_t te_lut_entry(int b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(rt_e2m1(b & 15), rt_e2m1(b >> 4));
+  return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+// a weight's tensor scale as the products apply it (BF16: none); up: a pair matrix's odd rows
+__device__ __forceinline__ float te_scale(const dlin &d, bool up) { return d.f == LIN_BF16 ? 1.0f : up ? d.s2 : d.s; }
+
+// GU: gate/up of every expert (features of a slab: 64, 16 a warp), SwiGLU into the pieces o0, o1; else down
+// (weight rows of a slab: 128, 32 a warp) into y, times the down's tensor scale
+template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp_eg_args A) {
+  __shared__ __align__(16) bf16 bs[2][2][TE_N * TE_BS]; // [stage][piece][row slot][k]
+  __shared__ uint32_t lut[256];
+  __shared__ int src[TE_N];
+  __shared__ int s_e, s_r0, s_n;
+  __shared__ dlin Lg, Lu;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  if (tid == 0) { // the block's expert: the last e whose first tile is at or before blockIdx.x
+    const int x = (int)blockIdx.x;
+    s_e = -1;
+    if (x < A.toff[A.E]) {
+      int lo = 0, hi = A.E;
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (A.toff[mid] <= x) lo = mid;
+        else hi = mid;
+      }
+      const int r0 = A.off[lo] + (x - A.toff[lo]) * TE_N, end = A.off[lo + 1];
+      s_e = lo, s_r0 = r0, s_n = end - r0 < TE_N ? end - r0 : TE_N;
+      Lg = A.tab[A.w0 + lo];
+      Lu = A.u0 >= 0 ? A.tab[A.u0 + lo] : Lg;
+    }
+  }
+  if (F == LIN_NVFP4)
+    for (int b = tid; b < 256; b += 128) lut[b] = te_lut_entry(b);
+  __syncthreads();
+  if (s_e < 0) return;
+  const int r0 = s_r0, nr = s_n;
+  for (int s = tid; s < TE_N; s += 128) src[s] = s < nr ? (A.perm ? A.perm[r0 + s] : r0 + s) : -1;
+  // the lane's four rows: m-tile mt's MMA rows g (q = 2 mt) and g + 8 (q = 2 mt + 1)
+  const int64_t K = A.kdim, M = A.mdim;
+  const bool pair = A.u0 < 0;
+  const size_t rowb = F == LIN_BF16 ? (size_t)K * 2 : F == LIN_FP8 ? (size_t)K : (size_t)K / 2;
+  const uint8_t *wr[4], *sr[4];
+  bool on[4];
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    const int mt = q >> 1, h = q & 1;
+    int64_t row;
+    const dlin *L = &Lg;
+    if (GU) { // feature f: gate row (h 0), up row (h 1)
+      row = (int64_t)blockIdx.y * 64 + warp * 16 + mt * 8 + g;
+      on[q] = row < M;
+      if (pair) row = 2 * row + h;
+      else if (h) L = &Lu;
+    } else {
+      row = (int64_t)blockIdx.y * 128 + warp * 32 + mt * 16 + h * 8 + g;
+      on[q] = row < M;
+    }
+    if (!on[q]) row = 0;
+    wr[q] = L->w + (size_t)row * rowb;
+    sr[q] = F == LIN_NVFP4 ? L->sc + (size_t)row * (size_t)(K / 16) : nullptr;
+  }
+  __nv_bfloat162 sc2[4];
+#pragma unroll
+  for (int q = 0; q < 4; q++) sc2[q] = __float2bfloat162_rn(1.0f);
+  __syncthreads(); // (src)
+  const int nc = (int)((K + TE_KC - 1) / TE_KC);
+  auto stage = [&](int c, int buf) { // chunk c's rows, both pieces, into bs[buf] (zeros past the rows and K)
+    const int64_t k0 = (int64_t)c * TE_KC;
+#pragma unroll
+    for (int m = 0; m < (2 * TE_N * TE_KC / 8) / 128; m++) {
+      const int i = tid + 128 * m, p = i / (TE_N * TE_KC / 8), s = (i / (TE_KC / 8)) % TE_N, sg = i % (TE_KC / 8);
+      const int64_t k = k0 + sg * 8;
+      const bool ok = src[s] >= 0 && k < K;
+      const bf16 *x = p ? A.x1 : A.x0;
+      te_cp16(&bs[buf][p][s * TE_BS + sg * 8], ok ? x + (int64_t)src[s] * A.ldx + k : x, ok);
+    }
+    te_commit();
+  };
+  float acc[2][TE_N / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int nt = 0; nt < TE_N / 8; nt++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+  te_raw<F> raw[4];
+  stage(0, 0);
+#pragma unroll
+  for (int q = 0; q < 4; q++) te_load<F>(wr[q], sr[q], 16 * t, on[q] && 16 * t < K, raw[q]);
+  const int ntl = (nr + 7) / 8; // n-tiles holding rows
+  for (int c = 0; c < nc; c++) {
+    if (c + 1 < nc) stage(c + 1, (c + 1) & 1);
+    else te_commit(); // (an empty group: the wait below always leaves one)
+    uint32_t a[2][4][4];
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+      if (F == LIN_NVFP4) sc2[q] = __float2bfloat162_rn(rt_e4m3((uint8_t)raw[q].sc)); // (exact: 4 significant bits)
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        a[mt][j][0] = te_pair<F>(raw[2 * mt], j, 0, lut, sc2[2 * mt]);
+        a[mt][j][1] = te_pair<F>(raw[2 * mt + 1], j, 0, lut, sc2[2 * mt + 1]);
+        a[mt][j][2] = te_pair<F>(raw[2 * mt], j, 1, lut, sc2[2 * mt]);
+        a[mt][j][3] = te_pair<F>(raw[2 * mt + 1], j, 1, lut, sc2[2 * mt + 1]);
+      }
+    if (c + 1 < nc) {
+      const int64_t k = (int64_t)(c + 1) * TE_KC + 16 * t;
+#pragma unroll
+      for (int q = 0; q < 4; q++) te_load<F>(wr[q], sr[q], k, on[q] && k < K, raw[q]);
+    }
+    te_wait1();
+    __syncthreads();
+    const bf16 *b0 = bs[c & 1][0], *b1 = bs[c & 1][1];
+#pragma unroll
+    for (int nt = 0; nt < TE_N / 8; nt++) {
+      if (nt >= ntl) break;
+#pragma unroll
+      for (int p = 0; p < 2; p++) {
+        const uint4 *bp = reinterpret_cast<const uint4 *>((p ? b1 : b0) + (nt * 8 + g) * TE_BS + 16 * t);
+        const uint4 q0 = bp[0], q1 = bp[1];
+        const uint32_t xb[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+          for (int j = 0; j < 4; j++)
+            rt_mma16816<true>(acc[mt][nt], a[mt][j][0], a[mt][j][1], a[mt][j][2], a[mt][j][3], xb[2 * j],
+                              xb[2 * j + 1]);
+      }
+    }
+    __syncthreads(); // (the stage is read before the next chunk's copies overwrite it)
+  }
+  // the epilogue: accumulator i of (mt, nt) is MMA row g (i < 2) or g + 8, row slot nt 8 + 2 t + (i & 1)
+  if (GU) {
+    const float sg = te_scale(Lg, false), su = pair ? te_scale(Lg, true) : te_scale(Lu, false);
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+      const int64_t f = (int64_t)blockIdx.y * 64 + warp * 16 + mt * 8 + g;
+      if (f >= M) continue;
+#pragma unroll
+      for (int nt = 0; nt < TE_N / 8; nt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          const int s = nt * 8 + 2 * t + i;
+          if (s >= nr) continue;
+          const float gv = acc[mt][nt][i] * sg, uv = acc[mt][nt][2 + i] * su;
+          tp_put(tk_silu(gv) * uv, A.o0, A.o1, (int64_t)(r0 + s) * A.ldo + f);
+        }
+    }
+  } else {
+    const float sd = te_scale(Lg, false);
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int64_t row = (int64_t)blockIdx.y * 128 + warp * 32 + mt * 16 + h * 8 + g;
+        if (row >= M) continue;
+#pragma unroll
+        for (int nt = 0; nt < TE_N / 8; nt++)
+#pragma unroll
+          for (int i = 0; i < 2; i++) {
+            const int s = nt * 8 + 2 * t + i;
+            if (s < nr) A.y[(int64_t)(r0 + s) * A.ldy + row] = acc[mt][nt][2 * h + i] * sd;
+          }
+      }
+  }
+}
+
+template <bool GU> static void te_run(cudaStream_t st, int f, const tp_eg_args &A, unsigned tiles) {
+  const unsigned slabs = (unsigned)(GU ? (A.mdim + 63) / 64 : (A.mdim + 127) / 128);
+  const dim3 grid(tiles, slabs);
+  if (f == LIN_NVFP4) k_p_egemm<LIN_NVFP4, GU><<<grid, 128, 0, st>>>(A);
+  else if (f == LIN_FP8) k_p_egemm<LIN_FP8, GU><<<grid, 128, 0, st>>>(A);
+  else k_p_egemm<LIN_BF16, GU><<<grid, 128, 0, st>>>(A);
+}
+
+void tp_egemm(cudaStream_t st, int f, bool gu, const tp_eg_args &A, int rows) {
+  if (rows < 1) return;
+  const unsigned tiles = (unsigned)((rows + TE_N - 1) / TE_N + A.E); // at most: a partial tile an expert
+  if (gu) te_run<true>(st, f, A, tiles);
+  else te_run<false>(st, f, A, tiles);
+}
