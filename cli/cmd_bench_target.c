@@ -163,7 +163,10 @@ int cmd_bench_target(int argc, char **argv) {
   if (!st && prefill > 0) { /* the prompt's prefill (no head), twice: the first also makes the workspace */
     int32_t *tok = malloc((size_t)prefill * sizeof *tok);
     if (!tok) st = mtpq_err_set(&err, MTPQ_E_NOMEM, "out of memory");
-    for (int64_t p = 0; !st && p < prefill; p++) tok[p] = (int32_t)(1 + p % 8);
+    /* a prompt of ids spread over the vocabulary (Knuth's multiplicative hash), so the routed experts see a
+       spread of inputs as with text; a few repeated ids would send most rows to a few experts */
+    const uint64_t V = (uint64_t)mtpq_target_vocab(t);
+    for (int64_t p = 0; !st && p < prefill; p++) tok[p] = (int32_t)(1 + ((uint64_t)p * 2654435761u) % (V - 1));
     double sec[2] = {0, 0};
     for (int r = 0; r < 2 && !st; r++) {
       st = mtpq_target_seq_jump(s, 0, &err);
