@@ -16,7 +16,9 @@
  *   - a prompt through mtpq_target_prefill (the GEMM path,
  *     kernels/cuda/prefill.cuh) in two chunks: every hidden state, the GDN
  *     states after it and the next step's logits within TOL of the CPU
- *     stepping token by token, the argmax where it is clear.
+ *     stepping token by token, the argmax where it is clear; on the
+ *     synthetic MoE targets again with each expert's gate and up as
+ *     separate matrices (MTPQ_CUDA_TUNE=glu=0).
  * Both cache K and V in BF16 (the CPU through mtpq_target_seq_kv_bf16, as
  * the CUDA backend and vLLM do) and sum in float32 in different orders, so
  * a value a float ulp apart can round to neighbouring BF16 values; TOL =
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/tune.h"
 #include "kernels/decode.h"
 #include "kernels/runtime.h"
 #include "kernels/target.h"
@@ -182,9 +185,7 @@ END_TEST
  * reads the first's K/V cache and GDN state; hybrid-next's second chunk
  * spans two blocks of the attention's query rows) against the CPU stepping
  * token by token */
-START_TEST(test_prefill_gemm) {
-  const struct tcase *c = &cases[_i];
-  if (!wanted(_i)) return;
+static void prefill_gemm(const struct tcase *c, const char *how) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = open_case(c);
   const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
@@ -215,11 +216,27 @@ START_TEST(test_prefill_gemm) {
   const double el = rel_err(lg, lc, (size_t)V);
   ck_assert_msg(el <= TOL, "%s: the step after the prefill: logits relative error %.3g", c->name, el);
   if (clear_argmax(lc, V, (float)TOL)) ck_assert_int_eq(ac, ag);
-  printf("%s: GEMM prefill of %d + %d tokens: hidden rel. err <= %.2e, GDN states <= %.2e, next logits %.2e\n", c->name,
-         P1, P - P1, worst, wstate, el);
+  printf("%s%s: GEMM prefill of %d + %d tokens: hidden rel. err <= %.2e, GDN states <= %.2e, next logits %.2e\n",
+         c->name, how, P1, P - P1, worst, wstate, el);
   mtpq_target_seq_close(cs), mtpq_target_seq_close(gs);
   free(x), free(hc), free(hg), free(lc), free(lg);
   mtpq_target_close(t);
+}
+
+START_TEST(test_prefill_gemm) {
+  if (wanted(_i)) prefill_gemm(&cases[_i], "");
+}
+END_TEST
+
+/* the same with each expert's gate and up as separate matrices (MTPQ_CUDA_TUNE=glu=0, what the backend also
+ * does where an expert's gate and up differ in shape): the grouped expert GEMM's gate rows and up rows from
+ * two matrices, and the decode step's k_t_swiglu, on the synthetic MoE targets */
+START_TEST(test_prefill_gemm_separate) {
+  struct mtpq_err err = {0};
+  ck_assert_msg(mtpq_cuda_tune_override(NULL, NULL, "glu=0", &err) == MTPQ_OK, "%s", err.msg);
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
+    if (!cases[i].dir && wanted(i)) prefill_gemm(&cases[i], " (gate and up separate)");
+  ck_assert(mtpq_cuda_tune_override(NULL, NULL, NULL, &err) == MTPQ_OK);
 }
 END_TEST
 
@@ -412,6 +429,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_verify_many, 0, n);
   tcase_add_loop_test(tc, test_prefill_gemm, 0, n);
   tcase_add_test(tc, test_batch_lossless);
+  tcase_add_test(tc, test_prefill_gemm_separate);
   suite_add_tcase(s, tc);
   return tu_run_suite(s, 1);
 }
