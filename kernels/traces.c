@@ -67,20 +67,19 @@ enum mtpq_status mtpq_traces_open(const char *path, struct mtpq_traces **out, st
       break;
     }
     struct mtpq_trace *x = &t->v[k];
+    int32_t **own = &t->own[k++];
     /* safetensors places a tensor at any byte offset: tokens the mapping leaves misaligned are read from a copy */
     if ((uintptr_t)tt->data % _Alignof(int32_t)) {
-      if (!(t->own[k] = malloc(tt->shape[0] ? (size_t)tt->shape[0] * sizeof(int32_t) : 1))) {
+      if (!(*own = malloc(tt->shape[0] ? (size_t)tt->shape[0] * sizeof(int32_t) : 1))) {
         st = mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory");
         break;
       }
-      memcpy(t->own[k], tt->data, (size_t)tt->shape[0] * sizeof(int32_t));
+      memcpy(*own, tt->data, (size_t)tt->shape[0] * sizeof(int32_t));
     }
-    k++;
     memcpy(np, tt->name, stem), np[stem] = 0;
     x->name = np, np += stem + 1;
     snprintf(x->domain, sizeof x->domain, "%.*s", (int)strcspn(x->name, "."), x->name);
-    x->tokens = t->own[k - 1] ? t->own[k - 1] : tt->data, x->hidden_bf16 = hh->data, x->n = tt->shape[0],
-    x->hidden = hh->shape[1];
+    x->tokens = *own ? *own : tt->data, x->hidden_bf16 = hh->data, x->n = tt->shape[0], x->hidden = hh->shape[1];
     char key[600];
     snprintf(key, sizeof key, "prompt_len.%s", x->name);
     const char *pl = mtpq_st_metadata_get(t->f, key);

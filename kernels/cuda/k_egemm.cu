@@ -167,9 +167,6 @@ __device__ __forceinline__ uint32_t te_lut_entry(int b) {
   return *reinterpret_cast<const uint32_t *>(&v);
 }
 
-// a weight's tensor scale as the products apply it (BF16: none); up: a pair matrix's odd rows
-__device__ __forceinline__ float te_scale(const dlin &d, bool up) { return d.f == LIN_BF16 ? 1.0f : up ? d.s2 : d.s; }
-
 // GU: gate/up of every expert (features of a slab: 64, 16 a warp), SwiGLU into the pieces o0, o1; else down
 // (weight rows of a slab: 128, 32 a warp) into y, times the down's tensor scale
 template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp_eg_args A) {
@@ -298,7 +295,7 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
   }
   // the epilogue: accumulator i of (mt, nt) is MMA row g (i < 2) or g + 8, row slot nt 8 + 2 t + (i & 1)
   if (GU) {
-    const float sg = te_scale(Lg, false), su = pair ? te_scale(Lg, true) : te_scale(Lu, false);
+    const float sg = tp_scale(Lg, false), su = pair ? tp_scale(Lg, true) : tp_scale(Lu, false);
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) {
       const int64_t f = (int64_t)blockIdx.y * 64 + warp * 16 + mt * 8 + g;
@@ -314,7 +311,7 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
         }
     }
   } else {
-    const float sd = te_scale(Lg, false);
+    const float sd = tp_scale(Lg, false);
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll

@@ -23,9 +23,6 @@ static int64_t al16(int64_t n) { return (n + 15) / 16 * 16; }
 
 static const char *fmt_name(int f) { return f == LIN_BF16 ? "BF16" : f == LIN_FP8 ? "FP8" : f == LIN_NVFP4 ? "NVFP4" : "float32"; }
 
-// a weight's scale as the CPU reference applies it (BF16 weights have none); odd: a pair matrix's up rows
-static float scl(const dlin &d, bool odd) { return d.f == LIN_BF16 ? 1.0f : odd ? d.s2 : d.s; }
-
 template <typename T> static enum mtpq_status palloc(std::vector<void *> &v, T **p, size_t n, struct mtpq_err *err) {
   void *x = nullptr;
   if (cudaMalloc(&x, n ? n : 16) != cudaSuccess)
@@ -131,7 +128,7 @@ static enum mtpq_status dense(tgpu *m, int idx, bf16 *const *X, int64_t ldx, int
   const dlin &d = m->ctx.w.host[(size_t)idx];
   const bf16 *W = reinterpret_cast<const bf16 *>(d.w);
   if (d.f != LIN_BF16) tp_dequant(m->ctx.st, m->ctx.w.lins, idx, d.rows, d.cols, p->wdq), W = p->wdq;
-  return gemm(p, W, d.rows, d.cols, X, ldx, n, Y, ldy, unscaled ? 1.0f : scl(d, false), err);
+  return gemm(p, W, d.rows, d.cols, X, ldx, n, Y, ldy, unscaled ? 1.0f : tp_scale(d, false), err);
 }
 
 // gate/up (a pair idx, or gate g and up u) and down over n rows of X: SwiGLU's pieces into act, the down's
@@ -145,7 +142,7 @@ static enum mtpq_status mlp(tgpu *m, int g, int u, int dn, bool pair, bf16 *cons
   if (!st && !pair) st = dense(m, u, X, HS, n, p->ygu + I, 2 * I, true, err);
   if (st) return st;
   const dlin &G = w[(size_t)g], &U = w[(size_t)(pair ? g : u)];
-  tp_swiglu(m->ctx.st, p->ygu, 2 * I, pair ? 2 : 1, pair ? 1 : I, I, scl(G, false), scl(U, pair), p->xact[0],
+  tp_swiglu(m->ctx.st, p->ygu, 2 * I, pair ? 2 : 1, pair ? 1 : I, I, tp_scale(G, false), tp_scale(U, pair), p->xact[0],
             p->xact[1], I, n);
   return dense(m, dn, p->xact, I, n, Y, ldy, false, err);
 }

@@ -55,6 +55,10 @@ struct tpre {
 
 void tpre_free(tpre *p);
 
+// a weight's tensor scale as the CPU reference applies it to the sums (BF16 weights have none); odd: a gate/up
+// pair matrix's up rows
+__host__ __device__ inline float tp_scale(const dlin &d, bool odd) { return d.f == LIN_BF16 ? 1.0f : odd ? d.s2 : d.s; }
+
 // v as hi + lo, each BF16 rounded to nearest (v - hi is exact in float)
 __device__ __forceinline__ void tp_put(float v, bf16 *x0, bf16 *x1, int64_t i) {
   const bf16 hi = __float2bfloat16_rn(v);

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # GPU machine, one call: where the CUDA prefill's time goes. Builds the
 # working tree, then runs `mtpq bench-target --synthetic qwen3-next-80b
-# --prefill 4096` under ncu twice: every kernel of the first prompt's first
-# LAYERS layers (default 4: three Gated DeltaNet layers and an attention
-# layer, a quarter of the 80B shape's period) timed one by one, summed by
-# kernel name into OUT/prefill-kernels.txt (times 48 / LAYERS for the whole
-# trunk); and the first gate/up and down launches of the grouped expert GEMM
-# (k_p_egemm) with ncu's throughput, occupancy and warp-state sections into
+# --prefill 4096` under ncu twice: the first LAUNCHES (default 100, about
+# five layers of the 80B shape) of the prefill's own kernels (k_p_*; not
+# cuBLAS's GEMMs of the dense products) timed one by one, summed by kernel
+# name with their launch counts and mean per launch into
+# OUT/prefill-kernels.txt (a layer's share: the mean times the launches a
+# layer makes); and the first gate/up and down launches of the grouped
+# expert GEMM (k_p_egemm) with ncu's throughput, occupancy and warp-state
+# sections into
 # OUT/egemm.txt. With VARIANTS (source trees, carried) each is built too and
 # its bench-target prefill line printed next to the working tree's, before
 # the profiles. With CHECK=1, check_gpu_target runs first (at most 150 s).
 # The profiles are skipped once the call has run STOP seconds (default 420).
 #
-#   [LAYERS=4] [CHECK=1] [STOP=420] bash tests/bench/device_prefill_prof.sh OUT [VARIANT...]
+#   [LAUNCHES=100] [CHECK=1] [STOP=420] bash tests/bench/device_prefill_prof.sh OUT [VARIANT...]
 #
 # Carry .device-debs (and any VARIANT trees).
 set -uo pipefail
@@ -37,31 +39,23 @@ for v in "$@"; do
   echo "new again: $(grep prefill "$O/bt-new-$n.txt")"
 done
 [ $SECONDS -lt "${STOP:-420}" ] || { echo "no time left for the profiles"; exit 0; }
-L=${LAYERS:-4}
-# about 22 prefill kernels a layer; the filter leaves out the decode steps' kernels
-timeout 150 ncu --clock-control none --cache-control none -k 'regex:k_p_|gemm|cutlass|xmma|Kernel' \
-  --launch-count $((L * 24)) --csv --page raw --metrics gpu__time_duration.sum --log-file "$O/ncu-prefill.csv" \
-  ./build-gpu/mtpq "${args[@]}" > "$O/ncu-run.txt" 2>&1
+timeout 150 ncu --clock-control none --cache-control none -k 'regex:k_p_' --launch-count "${LAUNCHES:-100}" --csv \
+  --page raw --metrics gpu__time_duration.sum --log-file "$O/ncu-prefill.csv" ./build-gpu/mtpq "${args[@]}" \
+  > "$O/ncu-run.txt" 2>&1
 echo "ncu (kernels one by one) rc $? at ${SECONDS}s"
-python3 - "$O/ncu-prefill.csv" "$L" > "$O/prefill-kernels.txt" <<'EOF'
+python3 - "$O/ncu-prefill.csv" > "$O/prefill-kernels.txt" <<'EOF'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-hdr = rows[0]
-ki, ti = hdr.index("Kernel Name"), hdr.index("gpu__time_duration.sum")
-tot = collections.OrderedDict()
+ki, ti = rows[0].index("Kernel Name"), rows[0].index("gpu__time_duration.sum")
+t = collections.defaultdict(list)
 for r in rows[2:]:
     try:
-        v = float(r[ti].replace(",", ""))
+        t[r[ki].split("(")[0]].append(float(r[ti].replace(",", "")) / 1e3)
     except ValueError:
-        continue
-    k = r[ki].split("(")[0].split("<")[0]
-    tot[k] = tot.get(k, 0) + v
-s = sum(tot.values())
-scale = 48 / int(sys.argv[2])
-print("kernel, ms over the first %s layers' launches, ms scaled to 48 layers, share" % sys.argv[2])
-for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
-    print("%-60s %9.3f %9.1f %5.1f%%" % (k[:60], v / 1e6, v / 1e6 * scale, 100 * v / s))
-print("%-60s %9.3f %9.1f" % ("sum", s / 1e6, s / 1e6 * scale))
+        pass
+print("%-40s %8s %10s %10s" % ("kernel", "launches", "ms", "us each"))
+for k, v in sorted(t.items(), key=lambda kv: -sum(kv[1])):
+    print("%-40s %8d %10.3f %10.1f" % (k[:40], len(v), sum(v) / 1e3, sum(v) / len(v)))
 EOF
 cat "$O/prefill-kernels.txt"
 [ $SECONDS -lt "${STOP:-420}" ] || { echo "no time left for the egemm profile"; exit 0; }
