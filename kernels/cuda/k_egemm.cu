@@ -167,6 +167,40 @@ __device__ __forceinline__ uint32_t te_lut_entry(int b) {
   return *reinterpret_cast<const uint32_t *>(&v);
 }
 
+// A chunk's products for the tile's first NTL n-tiles (8 rows each), two n-tiles at a time with their B
+// fragments (both pieces, all four k slices) in registers: the MMAs follow k slice by k slice and piece by
+// piece over the four accumulators of the pair, so an accumulator's next MMA comes four MMAs after its last
+// (a chain of dependent MMAs on one accumulator left the tensor pipe waiting on its latency)
+template <int NTL>
+__device__ __forceinline__ void te_mma(float (&acc)[2][TE_N / 8][4], const uint32_t (&a)[2][4][4], const bf16 *b0,
+                                       const bf16 *b1, int g, int t) {
+#pragma unroll
+  for (int n0 = 0; n0 < NTL; n0 += 2) {
+    uint32_t xb[2][2][8]; // [n-tile of the pair][piece][word: k slice j's two at 2 j, 2 j + 1]
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+      for (int p = 0; p < 2; p++) {
+        if (n0 + u >= NTL) continue;
+        const uint4 *bp = reinterpret_cast<const uint4 *>((p ? b1 : b0) + ((n0 + u) * 8 + g) * TE_BS + 16 * t);
+        const uint4 q0 = bp[0], q1 = bp[1];
+        xb[u][p][0] = q0.x, xb[u][p][1] = q0.y, xb[u][p][2] = q0.z, xb[u][p][3] = q0.w;
+        xb[u][p][4] = q1.x, xb[u][p][5] = q1.y, xb[u][p][6] = q1.z, xb[u][p][7] = q1.w;
+      }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int p = 0; p < 2; p++)
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+          for (int mt = 0; mt < 2; mt++)
+            if (n0 + u < NTL)
+              rt_mma16816<true>(acc[mt][n0 + u], a[mt][j][0], a[mt][j][1], a[mt][j][2], a[mt][j][3],
+                                xb[u][p][2 * j], xb[u][p][2 * j + 1]);
+  }
+}
+
 // GU: gate/up of every expert (features of a slab: 64, 16 a warp), SwiGLU into the pieces o0, o1; else down
 // (weight rows of a slab: 128, 32 a warp) into y, times the down's tensor scale
 template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp_eg_args A) {
@@ -275,21 +309,17 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
     te_wait1();
     __syncthreads();
     const bf16 *b0 = bs[c & 1][0], *b1 = bs[c & 1][1];
-#pragma unroll
-    for (int nt = 0; nt < TE_N / 8; nt++) {
-      if (nt >= ntl) break;
-#pragma unroll
-      for (int p = 0; p < 2; p++) {
-        const uint4 *bp = reinterpret_cast<const uint4 *>((p ? b1 : b0) + (nt * 8 + g) * TE_BS + 16 * t);
-        const uint4 q0 = bp[0], q1 = bp[1];
-        const uint32_t xb[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-          for (int j = 0; j < 4; j++)
-            rt_mma16816<true>(acc[mt][nt], a[mt][j][0], a[mt][j][1], a[mt][j][2], a[mt][j][3], xb[2 * j],
-                              xb[2 * j + 1]);
-      }
+    switch (ntl) { // (a straight-line product for each count of n-tiles holding rows)
+    case 1: te_mma<1>(acc, a, b0, b1, g, t); break;
+    case 2: te_mma<2>(acc, a, b0, b1, g, t); break;
+    case 3: te_mma<3>(acc, a, b0, b1, g, t); break;
+    case 4: te_mma<4>(acc, a, b0, b1, g, t); break;
+#if TE_N > 32
+    case 5: te_mma<5>(acc, a, b0, b1, g, t); break;
+    case 6: te_mma<6>(acc, a, b0, b1, g, t); break;
+    case 7: te_mma<7>(acc, a, b0, b1, g, t); break;
+    default: te_mma<8>(acc, a, b0, b1, g, t); break;
+#endif
     }
     __syncthreads(); // (the stage is read before the next chunk's copies overwrite it)
   }
