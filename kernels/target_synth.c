@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "io/config.h"
+#include "kernels/rt_cpu.h"
 #include "kernels/target.h"
 #include "kernels/target_model.h"
 #include "quant/numerics.h"
@@ -81,6 +82,7 @@ const char *mtpq_target_synth_config(const char *name) {
 enum mtpq_status mtpq_target_synth(const char *config_json, enum mtpq_synth_formats formats, uint64_t seed,
                                    struct mtpq_target **out, struct mtpq_err *err) {
   *out = NULL;
+  rt_cpu_init(); /* (the CPU backend's E4M3 table, as mtpq_target_open) */
   struct mtpq_target *t = calloc(1, sizeof *t);
   struct synth *s = calloc(1, sizeof *s);
   if (!t || !s) {

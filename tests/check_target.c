@@ -17,6 +17,7 @@
 #include "kernels/sampler.h"
 #include "quant/drafter.h"
 #include "kernels/target.h"
+#include "kernels/rt_cpu.h"
 #include "kernels/target_model.h"
 #include "kernels/traces.h"
 #include "testutil.h"
@@ -427,6 +428,22 @@ START_TEST(test_synthetic) {
       const struct rt_mlp *m = &t->layers[1].mlp; /* (kernels/target_model.h) */
       const size_t eb = f == MTPQ_SYNTH_BF16 ? 32 * 64 * 2 : 32 * 64 / 2;
       for (int e = 1; e < 4; e++) ck_assert(memcmp(m->eg[0].w, m->eg[e].w, eb) != 0);
+      if (f != MTPQ_SYNTH_BF16) { /* an expert's row through the CPU product against its codes decoded here (the
+                                     product's E4M3 table is set up by whatever opens a target: zeros before) */
+        const struct lin *L = &m->eg[0];
+        float x[64];
+        double ref = 0;
+        for (int j = 0; j < 64; j++) x[j] = (float)((j * 37) % 11) - 5.0f;
+        for (int j = 0; j < 64; j++) {
+          const unsigned char code = L->f == LIN_NVFP4 ? (L->w[j / 2] >> (4 * (j & 1))) & 15 : L->w[j];
+          const double v =
+              L->f == LIN_NVFP4 ? mtpq_e2m1_to_f32(code) * mtpq_e4m3_to_f32(L->scales[j / 16]) : mtpq_e4m3_to_f32(code);
+          ref += v * L->s * x[j];
+        }
+        const double got = rt_lin_dot(L, 0, x);
+        ck_assert_msg(ref != 0 && fabs(got - ref) <= 1e-5 * fabs(ref),
+                      "synthetic format %d: expert 0 row 0: %g, decoded %g", f, got, ref);
+      }
       struct mtpq_target_seq *s = NULL;
       ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 8, 1, &s, &err), MTPQ_OK);
       for (int p = 0; p < 4; p++) ck_assert_int_eq(mtpq_target_step(s, 3 + p, h[r], NULL, NULL, &err), MTPQ_OK);
