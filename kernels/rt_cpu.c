@@ -212,6 +212,16 @@ void rt_cpu_mlp(const struct rt_mlp *w, const float *x, int64_t H, const float *
       }
       sel[k] = best, wsel[k] = pr[best], wsum += pr[best];
     }
+    if (s->margin && K > 0 && K < w->E && wsel[K - 1] > 0) { /* the k-th choice against the best expert left out */
+      float next = 0;
+      for (int64_t ex = 0; ex < w->E; ex++) {
+        int used = 0;
+        for (int64_t q2 = 0; q2 < K; q2++) used |= sel[q2] == ex;
+        if (!used && pr[ex] > next) next = pr[ex];
+      }
+      const float g = (wsel[K - 1] - next) / wsel[K - 1];
+      if (g < *s->margin) *s->margin = g;
+    }
     for (int64_t k = 0; k < K; k++) {
       float wk = w->norm_topk ? wsel[k] / wsum : wsel[k];
       const struct lin *G = &w->eg[sel[k]], *U = &w->eu[sel[k]], *Dn = &w->ed[sel[k]];

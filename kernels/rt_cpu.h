@@ -53,6 +53,7 @@ struct rt_mlp {
 };
 struct rt_mlp_scratch {
   float *pr, *g1, *u1, *t1; /* [E], [widest intermediate] x 2, [H] */
+  float *margin;            /* NULL, or lowered to the routing's (p_k - p_k+1) / p_k where that is smaller */
 };
 void rt_cpu_mlp(const struct rt_mlp *w, const float *x, int64_t H, const float *res, const struct rt_mlp_scratch *s,
                 float *out);

@@ -30,6 +30,7 @@ struct mtpq_target_seq {
   int64_t vbase; /* a pending verify: the length before it, its tokens, the buffer before it */
   int vcount, vcur;
   float *h, *a, *y, *m, *qg, *kk, *vv, *att, *sc, *pr, *g1, *u1, *t1, *proj, *zz, *bb, *aa, *mix, *o;
+  float *rmargin; /* CPU: each position's routing margin (mtpq_target_seq_route_margin), -1 not computed */
 };
 
 /* the full name of a layer's tensor ("PREFIXlayers.I.SUF"; i < 0: "PREFIXSUF") */
@@ -294,7 +295,7 @@ void mtpq_target_seq_close(struct mtpq_target_seq *s) {
   free(s->kc16), free(s->vc16);
   free(s->kc), free(s->vc), free(s->conv), free(s->rec);
   float *bufs[] = {s->h,  s->a,  s->y,  s->m,    s->qg, s->kk, s->vv, s->att, s->sc, s->pr,
-                   s->g1, s->u1, s->t1, s->proj, s->zz, s->bb, s->aa, s->mix, s->o};
+                   s->g1, s->u1, s->t1, s->proj, s->zz, s->bb, s->aa, s->mix, s->o,  s->rmargin};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(s);
 }
@@ -336,7 +337,7 @@ enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend b
   }
   const int64_t inter = t->inter > 0 ? t->inter : 1;
   float **bufs[] = {&s->h,  &s->a,  &s->y,  &s->m,    &s->qg, &s->kk, &s->vv, &s->att, &s->sc, &s->pr,
-                    &s->g1, &s->u1, &s->t1, &s->proj, &s->zz, &s->bb, &s->aa, &s->mix, &s->o};
+                    &s->g1, &s->u1, &s->t1, &s->proj, &s->zz, &s->bb, &s->aa, &s->mix, &s->o,  &s->rmargin};
   const int64_t sizes[] = {t->H,
                            t->H,
                            t->H,
@@ -355,18 +356,24 @@ enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend b
                            t->HV,
                            t->HV,
                            t->conv_dim,
-                           vd};
+                           vd,
+                           max_pos};
   for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
     ok = (*bufs[i] = malloc((size_t)(sizes[i] > 0 ? sizes[i] : 1) * 4)) != NULL;
   if (!ok) {
     mtpq_target_seq_close(s);
     return mtpq_err_set(err, MTPQ_E_NOMEM, "out of memory for a %lld-position target sequence", (long long)max_pos);
   }
+  for (int64_t p = 0; p < max_pos; p++) s->rmargin[p] = -1.0f;
   *out = s;
   return MTPQ_OK;
 }
 
 int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s) { return s->len; }
+
+double mtpq_target_seq_route_margin(const struct mtpq_target_seq *s, int64_t pos) {
+  return s->gpu || pos < 0 || pos >= s->max_pos ? -1.0 : s->rmargin[pos];
+}
 
 const float *mtpq_target_seq_gdn(struct mtpq_target_seq *s, int layer, const float **rec, int64_t *conv_n,
                                  int64_t *rec_n) {
@@ -476,7 +483,8 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
   else
     for (int64_t j = 0; j < H; j++) h[j] = rt_bf16f(t->embed + ((size_t)token * (size_t)H + (size_t)j) * 2);
   const struct rt_attn_scratch as = {s->qg, s->kk, s->vv, s->att, s->sc};
-  const struct rt_mlp_scratch ms = {s->pr, s->g1, s->u1, s->t1};
+  float margin = 1.0f;
+  const struct rt_mlp_scratch ms = {s->pr, s->g1, s->u1, s->t1, &margin};
   for (int64_t i = 0; i < t->L; i++) {
     const struct tlayer *l = &t->layers[i];
     rt_zcnorm(h, l->in_norm, H, t->eps, a);
@@ -490,6 +498,7 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
     rt_cpu_mlp(&l->mlp, a, H, h, &ms, m); /* + the residual */
     memcpy(h, m, (size_t)H * 4);
   }
+  s->rmargin[pos] = margin;
   s->len++;
   rt_zcnorm(h, t->final_norm, H, t->eps, a);
   if (hidden) memcpy(hidden, a, (size_t)H * 4);

@@ -61,6 +61,14 @@ enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend b
                                       struct mtpq_target_seq **out, struct mtpq_err *err);
 void mtpq_target_seq_close(struct mtpq_target_seq *s); /* NULL-safe */
 int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s);
+/* The CPU backend's routing margin at position pos: over the MoE layers, the
+ * smallest (p_k - p_k+1) / p_k of the router's k-th and (k + 1)-th expert
+ * probabilities, as the last forward through pos computed it; 1 where no
+ * layer routes or every expert is chosen, -1 where pos was not computed
+ * (or on the CUDA backend). A routing within float error of a tie can go
+ * the other way in another implementation (the CUDA backend, another
+ * engine), after which the two part by far more than float error. */
+double mtpq_target_seq_route_margin(const struct mtpq_target_seq *s, int64_t pos);
 /* Run the next token of the sequence (at position seq_len; the state
  * advances by one): the final-norm hidden state into hidden (float [H]) and
  * the head's logits into logits (float [V]), each when not NULL; *argmax

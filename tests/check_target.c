@@ -459,6 +459,47 @@ START_TEST(test_synthetic) {
 }
 END_TEST
 
+/* mtpq_target_seq_route_margin: 1 at every position of a dense target; on a
+ * MoE target in [0, 1] at the positions run, neither all 1 nor all 0,
+ * -1 past them; exactly 0 at every position once every router row is zero (all
+ * experts tie) */
+START_TEST(test_route_margin) {
+  struct mtpq_err err = {0};
+  struct mtpq_target *t = NULL;
+  struct mtpq_target_seq *s = NULL;
+  ck_assert_msg(mtpq_target_open(models[0], &t, &err) == MTPQ_OK, "%s", err.msg);
+  ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 8, 1, &s, &err), MTPQ_OK);
+  for (int p = 0; p < 3; p++) ck_assert_int_eq(mtpq_target_step(s, 5 + p, NULL, NULL, NULL, &err), MTPQ_OK);
+  for (int p = 0; p < 3; p++) ck_assert(mtpq_target_seq_route_margin(s, p) == 1.0);
+  ck_assert(mtpq_target_seq_route_margin(s, 3) == -1.0 && mtpq_target_seq_route_margin(s, 99) == -1.0);
+  mtpq_target_seq_close(s), mtpq_target_close(t);
+  const char *cfg =
+      "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
+      "\"num_key_value_heads\": 1, \"head_dim\": 32, \"vocab_size\": 100, \"moe_intermediate_size\": 32, "
+      "\"shared_expert_intermediate_size\": 32, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+      "\"rms_norm_eps\": 1e-6, \"full_attention_interval\": 2, \"linear_num_key_heads\": 1, "
+      "\"linear_num_value_heads\": 2, \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, "
+      "\"linear_conv_kernel_dim\": 4}";
+  static unsigned char zero[4 * 64 * 2];
+  for (int z = 0; z < 2; z++) {
+    ck_assert_msg(mtpq_target_synth(cfg, MTPQ_SYNTH_NVIDIA, 3, &t, &err) == MTPQ_OK, "%s", err.msg);
+    for (int i = 0; z && i < 2; i++) t->layers[i].mlp.router.w = zero; /* (kernels/target_model.h) */
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 8, 1, &s, &err), MTPQ_OK);
+    double least = 1, most = 0;
+    for (int p = 0; p < 6; p++) {
+      ck_assert_int_eq(mtpq_target_step(s, 7 * p + 1, NULL, NULL, NULL, &err), MTPQ_OK);
+      const double m = mtpq_target_seq_route_margin(s, p);
+      ck_assert_msg(z ? m == 0.0 : m >= 0.0 && m <= 1.0, "routers %s: position %d: margin %g", z ? "zero" : "random", p,
+                    m);
+      least = m < least ? m : least, most = m > most ? m : most;
+    }
+    ck_assert(least < 1.0 && (z || most > 0.0));
+    ck_assert(mtpq_target_seq_route_margin(s, 6) == -1.0);
+    mtpq_target_seq_close(s), mtpq_target_close(t);
+  }
+}
+END_TEST
+
 /* Against transformers (float32, testdata/target/fx-*, made by
  * tests/bench/make_target_fixtures.py): the logits of a 64-token prefill
  * and of 16 greedy decode steps within relative error 1e-5 with every
@@ -819,6 +860,7 @@ int main(void) {
   tcase_add_test(tc, test_greedy_batch);
   tcase_add_test(tc, test_sample_batch);
   tcase_add_test(tc, test_synthetic);
+  tcase_add_test(tc, test_route_margin);
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);
   tcase_add_test(tc, test_sampler_threshold);
