@@ -404,24 +404,26 @@ START_TEST(test_kv_bf16) {
 }
 END_TEST
 
+/* a small Qwen3-Next shape for synthetic targets: GDN then attention, 4 experts top-2 and a shared one */
+static const char *small_cfg =
+    "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
+    "\"num_key_value_heads\": 1, \"head_dim\": 32, \"vocab_size\": 100, \"moe_intermediate_size\": 32, "
+    "\"shared_expert_intermediate_size\": 32, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+    "\"rms_norm_eps\": 1e-6, \"full_attention_interval\": 2, \"linear_num_key_heads\": 1, "
+    "\"linear_num_value_heads\": 2, \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, "
+    "\"linear_conv_kernel_dim\": 4}";
+
 /* Synthetic targets (kernels/target_synth.c), as the CUDA tests and the
  * 80B benchmark use them: each format set runs on the CPU reference with
  * finite, non-constant outputs, the same seed gives the same hidden states,
  * another seed other ones, and no two experts share their weights. */
 START_TEST(test_synthetic) {
-  const char *cfg =
-      "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
-      "\"num_key_value_heads\": 1, \"head_dim\": 32, \"vocab_size\": 100, \"moe_intermediate_size\": 32, "
-      "\"shared_expert_intermediate_size\": 32, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
-      "\"rms_norm_eps\": 1e-6, \"full_attention_interval\": 2, \"linear_num_key_heads\": 1, "
-      "\"linear_num_value_heads\": 2, \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, "
-      "\"linear_conv_kernel_dim\": 4}";
   struct mtpq_err err = {0};
   for (int f = MTPQ_SYNTH_BF16; f <= MTPQ_SYNTH_FP8; f++) {
     float h[3][64];
     for (int r = 0; r < 3; r++) {
       struct mtpq_target *t = NULL;
-      ck_assert_msg(mtpq_target_synth(cfg, (enum mtpq_synth_formats)f, r < 2 ? 5 : 6, &t, &err) == MTPQ_OK, "%s",
+      ck_assert_msg(mtpq_target_synth(small_cfg, (enum mtpq_synth_formats)f, r < 2 ? 5 : 6, &t, &err) == MTPQ_OK, "%s",
                     err.msg);
       ck_assert_int_eq(mtpq_target_layer_type(t, 0), 'L');
       ck_assert_int_eq(mtpq_target_layer_type(t, 1), 'A');
@@ -473,16 +475,9 @@ START_TEST(test_route_margin) {
   for (int p = 0; p < 3; p++) ck_assert(mtpq_target_seq_route_margin(s, p) == 1.0);
   ck_assert(mtpq_target_seq_route_margin(s, 3) == -1.0 && mtpq_target_seq_route_margin(s, 99) == -1.0);
   mtpq_target_seq_close(s), mtpq_target_close(t);
-  const char *cfg =
-      "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
-      "\"num_key_value_heads\": 1, \"head_dim\": 32, \"vocab_size\": 100, \"moe_intermediate_size\": 32, "
-      "\"shared_expert_intermediate_size\": 32, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
-      "\"rms_norm_eps\": 1e-6, \"full_attention_interval\": 2, \"linear_num_key_heads\": 1, "
-      "\"linear_num_value_heads\": 2, \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, "
-      "\"linear_conv_kernel_dim\": 4}";
   static unsigned char zero[4 * 64 * 2];
   for (int z = 0; z < 2; z++) {
-    ck_assert_msg(mtpq_target_synth(cfg, MTPQ_SYNTH_NVIDIA, 3, &t, &err) == MTPQ_OK, "%s", err.msg);
+    ck_assert_msg(mtpq_target_synth(small_cfg, MTPQ_SYNTH_NVIDIA, 3, &t, &err) == MTPQ_OK, "%s", err.msg);
     for (int i = 0; z && i < 2; i++) t->layers[i].mlp.router.w = zero; /* (kernels/target_model.h) */
     ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 8, 1, &s, &err), MTPQ_OK);
     double least = 1, most = 0;
