@@ -43,10 +43,10 @@
 #define TOL 1e-3
 /* A routed expert chosen within this of a tie ((p_k - p_k+1) / p_k, mtpq_target_seq_route_margin) can go the
  * other way under the backends' different float errors, after which the two part by far more than TOL: FP16
- * inputs into the experts (about 2^-11 of themselves) turned the synthetic NVFP4 target's choice at a margin
- * of 7.7e-6 (prompt position 91 of the GEMM prefill test's first prompt) and 2.2e-5 (position 361), both in
- * the CUDA prefill and in the CPU reference with the same rounding emulated (hidden relative error 0.098 at
- * position 91 in each). The GEMM prefill test's prompts keep every choice at least this far from a tie. */
+ * inputs into the experts (about 2^-11 of themselves; ledger 43) turned the synthetic NVFP4 target's choice at
+ * a margin of 7.7e-6 (position 91 of the GEMM prefill test's first prompt) in the CUDA prefill and in the CPU
+ * reference with the same rounding emulated (hidden relative error 0.098 there in each); the emulation also
+ * turned one at 2.2e-5 (position 361). The GEMM prefill test's prompts keep every choice this far from a tie. */
 #define ROUTE_TIE 1e-4
 
 static double rel_err(const float *a, const float *b, size_t n) {
