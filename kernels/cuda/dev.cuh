@@ -65,6 +65,24 @@ __device__ __forceinline__ void rt_wait() {
   RT_TL_WAITED();
 }
 
+// 16 bytes global -> shared without passing through registers (sm_80+),
+// in the thread's open group of copies; complete at rt_cp_wait (all) or
+// rt_cp_wait_group<N> (all but the N groups committed last)
+__device__ __forceinline__ void rt_cp16(void *dst, const void *src) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+// the same, or 16 zero bytes (src not read) where ok is false
+__device__ __forceinline__ void rt_cp16z(void *dst, const void *src, bool ok) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void rt_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void rt_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // A launch's task into shared memory, a word per thread of the block
 // (blockDim 256; a struct copy by one thread went through local memory);
 // the caller syncs

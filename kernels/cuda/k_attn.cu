@@ -55,14 +55,7 @@ __device__ void rt_head_norm_rope(const float *src, const rt_head_consts &k, int
   __syncwarp();
 }
 
-// 16 bytes global -> shared without passing through registers (sm_80+);
-// completes at rt_cp_wait
-__device__ __forceinline__ void rt_cp16(void *dst, const void *src) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-// the same with an L2 cache hint (pol: createpolicy's 64-bit policy)
+// rt_cp16 (kernels/cuda/dev.cuh) with an L2 cache hint (pol: createpolicy's 64-bit policy)
 __device__ __forceinline__ void rt_cp16h(void *dst, const void *src, uint64_t pol) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "l"(pol) : "memory");
@@ -73,13 +66,6 @@ __device__ __forceinline__ uint64_t rt_l2_evict_first() {
   uint64_t pol;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
   return pol;
-}
-
-__device__ __forceinline__ void rt_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-__device__ __forceinline__ void rt_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// until at most N of this thread's committed groups are still in flight
-template <int N> __device__ __forceinline__ void rt_cp_wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // k_attn's arguments: the launch's queries (q|gate interleaved per head),

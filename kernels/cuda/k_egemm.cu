@@ -98,23 +98,6 @@ void tp_route_sort(cudaStream_t st, const int *sel, int n, int K, int E, int *cn
 
 // ---- the grouped GEMM ----
 
-__device__ __forceinline__ void te_cp16(void *dst, const void *src, bool ok) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
-#endif
-}
-__device__ __forceinline__ void te_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void te_wait1() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
-#endif
-}
-
 // F: LIN_BF16, LIN_FP8 or LIN_NVFP4; a lane's 16 weights of one row, raw (BF16 32 bytes, FP8 16, NVFP4 8 and
 // the block's scale byte)
 template <int F> struct te_raw {
@@ -269,9 +252,9 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
       const int64_t k = k0 + sg * 8;
       const bool ok = src[s] >= 0 && k < K;
       const bf16 *x = p ? A.x1 : A.x0;
-      te_cp16(&bs[buf][p][s * TE_BS + sg * 8], ok ? x + (int64_t)src[s] * A.ldx + k : x, ok);
+      rt_cp16z(&bs[buf][p][s * TE_BS + sg * 8], ok ? x + (int64_t)src[s] * A.ldx + k : x, ok);
     }
-    te_commit();
+    rt_cp_commit();
   };
   float acc[2][TE_N / 8][4];
 #pragma unroll
@@ -287,7 +270,7 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
   const int ntl = (nr + 7) / 8; // n-tiles holding rows
   for (int c = 0; c < nc; c++) {
     if (c + 1 < nc) stage(c + 1, (c + 1) & 1);
-    else te_commit(); // (an empty group: the wait below always leaves one)
+    else rt_cp_commit(); // (an empty group: the wait below always leaves one)
     uint32_t a[2][4][4];
 #pragma unroll
     for (int q = 0; q < 4; q++)
@@ -306,7 +289,7 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
 #pragma unroll
       for (int q = 0; q < 4; q++) te_load<F>(wr[q], sr[q], k, on[q] && k < K, raw[q]);
     }
-    te_wait1();
+    rt_cp_wait_group<1>();
     __syncthreads();
     const bf16 *b0 = bs[c & 1][0], *b1 = bs[c & 1][1];
     switch (ntl) { // (a straight-line product for each count of n-tiles holding rows)
