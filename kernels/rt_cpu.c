@@ -189,6 +189,17 @@ void rt_cpu_attention(const struct rt_attn *w, const float *a, int64_t pos, int6
   rt_lin_apply(&w->o, att, out);
 }
 
+/* the most probable of the E experts not among sel[0..n), the lower one on a tie (n < E) */
+static int64_t best_unused(const float *pr, int64_t E, const int64_t *sel, int64_t n) {
+  int64_t best = -1;
+  for (int64_t ex = 0; ex < E; ex++) {
+    int used = 0;
+    for (int64_t q = 0; q < n; q++) used |= sel[q] == ex;
+    if (!used && (best < 0 || pr[ex] > pr[best])) best = ex;
+  }
+  return best;
+}
+
 void rt_cpu_mlp(const struct rt_mlp *w, const float *x, int64_t H, const float *res, const struct rt_mlp_scratch *s,
                 float *out) {
   float *pr = s->pr, *g1 = s->g1, *u1 = s->u1, *t1 = s->t1;
@@ -204,21 +215,11 @@ void rt_cpu_mlp(const struct rt_mlp *w, const float *x, int64_t H, const float *
     float wsel[64], wsum = 0;
     int64_t K = w->topk < 64 ? w->topk : 64;
     for (int64_t k = 0; k < K; k++) { /* top-k, ties to the lower expert */
-      int64_t best = -1;
-      for (int64_t ex = 0; ex < w->E; ex++) {
-        int used = 0;
-        for (int64_t q2 = 0; q2 < k; q2++) used |= sel[q2] == ex;
-        if (!used && (best < 0 || pr[ex] > pr[best])) best = ex;
-      }
+      const int64_t best = best_unused(pr, w->E, sel, k);
       sel[k] = best, wsel[k] = pr[best], wsum += pr[best];
     }
     if (s->margin && K > 0 && K < w->E && wsel[K - 1] > 0) { /* the k-th choice against the best expert left out */
-      float next = 0;
-      for (int64_t ex = 0; ex < w->E; ex++) {
-        int used = 0;
-        for (int64_t q2 = 0; q2 < K; q2++) used |= sel[q2] == ex;
-        if (!used && pr[ex] > next) next = pr[ex];
-      }
+      const float next = pr[best_unused(pr, w->E, sel, K)];
       const float g = (wsel[K - 1] - next) / wsel[K - 1];
       if (g < *s->margin) *s->margin = g;
     }
