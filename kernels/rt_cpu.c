@@ -200,6 +200,14 @@ static int64_t best_unused(const float *pr, int64_t E, const int64_t *sel, int64
   return best;
 }
 
+void rt_round_f16_row(const float *x, int64_t n, float *out) {
+  float mx = 0;
+  for (int64_t i = 0; i < n; i++) mx = fabsf(x[i]) > mx ? fabsf(x[i]) : mx;
+  int e = mx > 0 ? ilogbf(mx) - 14 : 0;
+  e = e < -112 ? -112 : e > 113 ? 113 : e;
+  for (int64_t i = 0; i < n; i++) out[i] = ldexpf(mtpq_round_f16(ldexpf(x[i], -e)), e);
+}
+
 void rt_cpu_mlp(const struct rt_mlp *w, const float *x, int64_t H, const float *res, const struct rt_mlp_scratch *s,
                 float *out) {
   float *pr = s->pr, *g1 = s->g1, *u1 = s->u1, *t1 = s->t1;
@@ -223,12 +231,15 @@ void rt_cpu_mlp(const struct rt_mlp *w, const float *x, int64_t H, const float *
       const float g = (wsel[K - 1] - next) / wsel[K - 1];
       if (g < *s->margin) *s->margin = g;
     }
+    if (s->fp16_in) rt_round_f16_row(x, H, s->xr);
     for (int64_t k = 0; k < K; k++) {
       float wk = w->norm_topk ? wsel[k] / wsum : wsel[k];
       const struct lin *G = &w->eg[sel[k]], *U = &w->eu[sel[k]], *Dn = &w->ed[sel[k]];
-      rt_lin_apply(G, x, g1);
-      rt_lin_apply(U, x, u1);
+      const float *xi = s->fp16_in && G->f != LIN_BF16 ? s->xr : x;
+      rt_lin_apply(G, xi, g1);
+      rt_lin_apply(U, xi, u1);
       for (int64_t j = 0; j < G->rows; j++) g1[j] = rt_silu(g1[j]) * u1[j];
+      if (s->fp16_in && Dn->f != LIN_BF16) rt_round_f16_row(g1, G->rows, g1);
       rt_lin_apply(Dn, g1, t1);
       for (int64_t j = 0; j < H; j++) out[j] += wk * t1[j];
     }

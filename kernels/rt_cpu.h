@@ -54,7 +54,14 @@ struct rt_mlp {
 struct rt_mlp_scratch {
   float *pr, *g1, *u1, *t1; /* [E], [widest intermediate] x 2, [H] */
   float *margin;            /* NULL, or lowered to the routing's (p_k - p_k+1) / p_k where that is smaller */
+  float *xr;                /* fp16_in: [widest of H and the intermediates] */
+  int fp16_in;              /* FP8 and NVFP4 experts take their inputs as rt_round_f16_row makes them */
 };
+/* x's n values as FP16 the way the CUDA prefill gives them to FP8 and NVFP4
+ * experts (kernels/cuda/k_egemm.cu, k_p_tof16): scaled by 2^-e, e the
+ * exponent of the largest magnitude less 14 (within [-112, 113]; 0 for a
+ * row of zeros), rounded to FP16, scaled back. x and out may be the same. */
+void rt_round_f16_row(const float *x, int64_t n, float *out);
 void rt_cpu_mlp(const struct rt_mlp *w, const float *x, int64_t H, const float *res, const struct rt_mlp_scratch *s,
                 float *out);
 

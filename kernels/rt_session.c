@@ -177,7 +177,7 @@ enum mtpq_status mtpq_session_step(struct mtpq_session *s, int n, const int32_t 
   const struct rt_attn_scratch as = {qg, kk, vv, att, sc};
   const struct rt_mlp mw = {d->moe, d->E,  d->topk, d->norm_topk, d->router, d->moe ? d->seg : (struct lin){0},
                             d->sg,  d->su, d->sd,   d->eg,        d->eu,     d->ed};
-  const struct rt_mlp_scratch ms = {pr, g1, u1, t1, NULL};
+  const struct rt_mlp_scratch ms = {pr, g1, u1, t1, NULL, NULL, 0};
   for (int i = 0; i < n; i++) {
     int64_t pos = positions[i];
     if (pos < 0 || pos >= s->max_pos)

@@ -31,6 +31,8 @@ struct mtpq_target_seq {
   int vcount, vcur;
   float *h, *a, *y, *m, *qg, *kk, *vv, *att, *sc, *pr, *g1, *u1, *t1, *proj, *zz, *bb, *aa, *mix, *o;
   float *rmargin; /* CPU: each position's routing margin (mtpq_target_seq_route_margin), -1 not computed */
+  float *xr;      /* CPU: mtpq_target_seq_fp16_experts's rounded rows */
+  int fp16_in;
 };
 
 /* the full name of a layer's tensor ("PREFIXlayers.I.SUF"; i < 0: "PREFIXSUF") */
@@ -294,8 +296,8 @@ void mtpq_target_seq_close(struct mtpq_target_seq *s) {
   for (int64_t i = 0; s->kc16 && i < s->t->L; i++) free(s->kc16[i]), free(s->vc16[i]);
   free(s->kc16), free(s->vc16);
   free(s->kc), free(s->vc), free(s->conv), free(s->rec);
-  float *bufs[] = {s->h,  s->a,  s->y,  s->m,    s->qg, s->kk, s->vv, s->att, s->sc, s->pr,
-                   s->g1, s->u1, s->t1, s->proj, s->zz, s->bb, s->aa, s->mix, s->o,  s->rmargin};
+  float *bufs[] = {s->h,  s->a,  s->y,    s->m,  s->qg, s->kk, s->vv,  s->att, s->sc,      s->pr, s->g1,
+                   s->u1, s->t1, s->proj, s->zz, s->bb, s->aa, s->mix, s->o,   s->rmargin, s->xr};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(s);
 }
@@ -336,8 +338,8 @@ enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend b
     }
   }
   const int64_t inter = t->inter > 0 ? t->inter : 1;
-  float **bufs[] = {&s->h,  &s->a,  &s->y,  &s->m,    &s->qg, &s->kk, &s->vv, &s->att, &s->sc, &s->pr,
-                    &s->g1, &s->u1, &s->t1, &s->proj, &s->zz, &s->bb, &s->aa, &s->mix, &s->o,  &s->rmargin};
+  float **bufs[] = {&s->h,  &s->a,  &s->y,    &s->m,  &s->qg, &s->kk, &s->vv,  &s->att, &s->sc,      &s->pr, &s->g1,
+                    &s->u1, &s->t1, &s->proj, &s->zz, &s->bb, &s->aa, &s->mix, &s->o,   &s->rmargin, &s->xr};
   const int64_t sizes[] = {t->H,
                            t->H,
                            t->H,
@@ -357,7 +359,8 @@ enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend b
                            t->HV,
                            t->conv_dim,
                            vd,
-                           max_pos};
+                           max_pos,
+                           t->H > inter ? t->H : inter};
   for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
     ok = (*bufs[i] = malloc((size_t)(sizes[i] > 0 ? sizes[i] : 1) * 4)) != NULL;
   if (!ok) {
@@ -370,6 +373,15 @@ enum mtpq_status mtpq_target_seq_open(struct mtpq_target *t, enum mtpq_backend b
 }
 
 int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s) { return s->len; }
+
+enum mtpq_status mtpq_target_seq_fp16_experts(struct mtpq_target_seq *s, int on, struct mtpq_err *err) {
+  if (s->gpu)
+    return mtpq_err_set(err, MTPQ_E_INVAL,
+                        "the FP16 expert inputs are the CUDA prefill's own; only a CPU sequence "
+                        "emulates them");
+  s->fp16_in = on != 0;
+  return MTPQ_OK;
+}
 
 double mtpq_target_seq_route_margin(const struct mtpq_target_seq *s, int64_t pos) {
   return s->gpu || pos < 0 || pos >= s->max_pos ? -1.0 : s->rmargin[pos];
@@ -484,7 +496,7 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
     for (int64_t j = 0; j < H; j++) h[j] = rt_bf16f(t->embed + ((size_t)token * (size_t)H + (size_t)j) * 2);
   const struct rt_attn_scratch as = {s->qg, s->kk, s->vv, s->att, s->sc};
   float margin = 1.0f;
-  const struct rt_mlp_scratch ms = {s->pr, s->g1, s->u1, s->t1, &margin};
+  const struct rt_mlp_scratch ms = {s->pr, s->g1, s->u1, s->t1, &margin, s->xr, s->fp16_in};
   for (int64_t i = 0; i < t->L; i++) {
     const struct tlayer *l = &t->layers[i];
     rt_zcnorm(h, l->in_norm, H, t->eps, a);

@@ -69,6 +69,12 @@ int64_t mtpq_target_seq_len(const struct mtpq_target_seq *s);
  * the other way in another implementation (the CUDA backend, another
  * engine), after which the two part by far more than float error. */
 double mtpq_target_seq_route_margin(const struct mtpq_target_seq *s, int64_t pos);
+/* A CPU sequence that gives FP8 and NVFP4 routed experts their inputs as
+ * the CUDA prefill does (one FP16 piece, each row scaled by a power of two:
+ * kernels/cuda/k_egemm.cu) instead of in float32 (on: nonzero), so that
+ * the GPU tests hold that path to its stated numerics; a CUDA sequence
+ * gives MTPQ_E_INVAL. */
+enum mtpq_status mtpq_target_seq_fp16_experts(struct mtpq_target_seq *s, int on, struct mtpq_err *err);
 /* Run the next token of the sequence (at position seq_len; the state
  * advances by one): the final-norm hidden state into hidden (float [H]) and
  * the head's logits into logits (float [V]), each when not NULL; *argmax

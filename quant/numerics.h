@@ -73,6 +73,22 @@ MTPQ_HD uint16_t mtpq_f32_to_bf16(float f) {
 /* RN_bf16 as a float value. */
 MTPQ_HD float mtpq_round_bf16(float f) { return mtpq_bf16_to_f32(mtpq_f32_to_bf16(f)); }
 
+/* RN_f16 (IEEE binary16, round to nearest even) as a float value: 11
+ * significant bits down to 2^-14, steps of 2^-24 below it, 0 under half of
+ * that; magnitudes that round past 65504 give infinity, NaN stays NaN. */
+MTPQ_HD float mtpq_round_f16(float f) {
+  const uint32_t u = mtpq_f32_bits(f), a = u & 0x7FFFFFFFu, s = u & 0x80000000u;
+  if (a >= 0x7F800000u) return f;
+  if (a >= 0x477FF000u) return mtpq_f32_from_bits(s | 0x7F800000u); /* 65520 and up */
+  const int e = (int)(a >> 23) - 127;                               /* (float32 subnormals: -127) */
+  const int drop = e >= -14 ? 13 : 13 + (-14 - e);                  /* mantissa bits below the grid */
+  if (a < 0x00800000u || drop > 24) return mtpq_f32_from_bits(s);
+  const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+  const uint32_t r = (m + (1u << (drop - 1)) - 1u + ((m >> drop) & 1u)) >> drop;
+  /* r x 2^(e - 23 + drop): r < 2^12 converts exactly, the power of two is a normal float */
+  return mtpq_f32_from_bits(s | mtpq_f32_bits((float)r * mtpq_f32_from_bits((uint32_t)(e - 23 + drop + 127) << 23)));
+}
+
 /* torch c10 fp8e4m3fn_from_fp32_value. */
 MTPQ_HD uint8_t mtpq_e4m3_from_f32(float f) {
   const uint32_t fp8_max = 1087u << 20;     /* 480.0 */

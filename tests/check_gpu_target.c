@@ -75,8 +75,10 @@ static const char *small_fp8 =
     "\"tie_word_embeddings\": true}";
 
 /* P: tokens of the token-by-token prefill; PG: of the GEMM prefill (0: P, at least 40); PO: the GEMM prefill
- * prompt's offset, the first at which the CPU routes none of its tokens within ROUTE_TIE of a tie (found with
- * mtpq_target_seq_route_margin; the first prompt, offset 0, had such ties on every MoE case). The synthetic MoE
+ * prompt's offset, the first at which the CPU, its FP8 and NVFP4 experts given FP16 inputs as the prefill
+ * gives them, routes none of its tokens within ROUTE_TIE of a tie (found with mtpq_target_seq_route_margin; the
+ * first prompt, offset 0, had such ties on every MoE case; the FP16 inputs move a margin by up to about 1e-4,
+ * so the NVFP4 case's offset is 36 where float32 inputs had 30). The synthetic MoE
  * targets' PG gives their experts about 100 rows each (16 experts top-4, 8 top-2), so the grouped expert
  * GEMM (kernels/cuda/k_egemm.cu) runs experts of several 64-row tiles, partial tiles and partial 8-row
  * groups, in each weight format (BF16, FP8, NVFP4). */
@@ -89,7 +91,7 @@ static const struct tcase cases[] = {
     {"hybrid-next", MTPQ_TESTDATA "/target/hybrid-next", NULL, MTPQ_SYNTH_BF16, 300, 0, 0},
     {"hybrid-35", MTPQ_TESTDATA "/target/hybrid-35", NULL, MTPQ_SYNTH_BF16, 24, 0, 0},
     {"tiny-qwen3next", MTPQ_TESTDATA "/tiny-qwen3next/model", NULL, MTPQ_SYNTH_BF16, 24, 0, 1},
-    {"synthetic NVIDIA NVFP4", NULL, NULL, MTPQ_SYNTH_NVIDIA, 24, 403, 30},
+    {"synthetic NVIDIA NVFP4", NULL, NULL, MTPQ_SYNTH_NVIDIA, 24, 403, 36},
     {"synthetic FP8", NULL, NULL, MTPQ_SYNTH_FP8, 24, 397, 7},
     {"synthetic BF16", NULL, NULL, MTPQ_SYNTH_BF16, 24, 411, 20},
 };
@@ -205,6 +207,8 @@ static void prefill_gemm(const struct tcase *c, const char *how) {
   struct mtpq_target_seq *cs = NULL, *gs = NULL;
   ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, P + 4, 1, &cs, &err), MTPQ_OK);
   ck_assert_int_eq(mtpq_target_seq_kv_bf16(cs, &err), MTPQ_OK);
+  /* the CPU gives FP8 and NVFP4 experts their inputs as the CUDA prefill does (one FP16 piece a row, ledger 43) */
+  ck_assert_int_eq(mtpq_target_seq_fp16_experts(cs, 1, &err), MTPQ_OK);
   ck_assert_msg(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, P + 4, 1, &gs, &err) == MTPQ_OK, "%s: %s", c->name, err.msg);
   float *hc = malloc((size_t)(P * H) * 4), *hg = malloc((size_t)(P * H) * 4), *lc = malloc((size_t)V * 4),
         *lg = malloc((size_t)V * 4);
@@ -235,6 +239,7 @@ static void prefill_gemm(const struct tcase *c, const char *how) {
                 first < 0 ? 0.0 : rel_err(hg + (size_t)first * H, hc + (size_t)first * H, (size_t)H), at, worst);
   const double wstate = gdn_states_err(t, cs, gs, c->name, 0);
   int32_t ac = 0, ag = 0;
+  ck_assert_int_eq(mtpq_target_seq_fp16_experts(cs, 0, &err), MTPQ_OK); /* (a step takes float32 inputs) */
   ck_assert_int_eq(mtpq_target_step(cs, x[P], NULL, lc, &ac, &err), MTPQ_OK);
   ck_assert_msg(mtpq_target_seq_route_margin(cs, P) >= ROUTE_TIE,
                 "%s: the step after the prompt routes within %g of a "

@@ -381,6 +381,32 @@ END_TEST
  * the exact ones. */
 static int slow_mode(void) { return getenv("MTPQ_SLOW") != NULL; }
 
+/* mtpq_round_f16 (the FP16 rounding of the prefill's expert inputs) against
+ * binary16 decoded here: every finite value stays, every midpoint between
+ * neighbours goes to the one with the even code, a hair off a midpoint goes
+ * to the nearer; 65520 and up overflow, NaN stays NaN */
+static double f16_value(int c) { /* positive codes: exponent field e, mantissa m */
+  const int e = (c >> 10) & 31, m = c & 1023;
+  return e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+}
+START_TEST(test_round_f16) {
+  for (int c = 0; c < 0x7C00; c++) {
+    const float v = (float)f16_value(c);
+    ck_assert_msg(mtpq_round_f16(v) == v && mtpq_round_f16(-v) == -v, "code %04x (%a) moved", c, v);
+    if (c + 1 < 0x7C00) {
+      const double lo = f16_value(c), hi = f16_value(c + 1), mid = (lo + hi) / 2;
+      const float want = (float)((c & 1) ? hi : lo), got = mtpq_round_f16((float)mid);
+      ck_assert_msg((double)(float)mid == mid && got == want, "midpoint of %04x: %a, want %a", c, got, want);
+      ck_assert(mtpq_round_f16(nextafterf((float)mid, 0.0f)) == (float)lo);
+      ck_assert(mtpq_round_f16(nextafterf((float)mid, INFINITY)) == (float)hi);
+    }
+  }
+  ck_assert(mtpq_round_f16(65519.99f) == 65504.0f && isinf(mtpq_round_f16(65520.0f)));
+  ck_assert(isinf(mtpq_round_f16(-1e30f)) && mtpq_round_f16(-1e30f) < 0 && isnan(mtpq_round_f16(NAN)));
+  ck_assert(mtpq_round_f16(1e-40f) == 0.0f && mtpq_round_f16(0x1p-25f) == 0.0f);
+}
+END_TEST
+
 START_TEST(test_e2m1_index_rn) {
   /* Unit: every pattern within 4096 ulps of each decision point and of the
    * range changes, plus every 257th pattern up to 16. Slow: all 2^31. */
@@ -491,6 +517,7 @@ static Suite *quant_suite(void) {
   tcase_add_loop_test(tc, test_format_table, 0, MTPQ_FMT_COUNT);
   tcase_add_test(tc, test_group_and_bad_values);
   tcase_add_test(tc, test_rows_equal_block_reference);
+  tcase_add_test(tc, test_round_f16);
   tcase_add_test(tc, test_e2m1_index_rn);
   tcase_add_test(tc, test_e2m1_code_div);
   tcase_set_timeout(tc, slow_mode() ? 3600 : 120);

@@ -20,6 +20,7 @@
 #include "kernels/rt_cpu.h"
 #include "kernels/target_model.h"
 #include "kernels/traces.h"
+#include "quant/numerics.h"
 #include "testutil.h"
 
 static const char *models[] = {MTPQ_TESTDATA "/target/hybrid-next", MTPQ_TESTDATA "/target/hybrid-35",
@@ -495,6 +496,48 @@ START_TEST(test_route_margin) {
 }
 END_TEST
 
+/* the CUDA prefill's FP16 expert inputs emulated on the CPU (rt_round_f16_row,
+ * mtpq_target_seq_fp16_experts): a row scaled so its largest magnitude lands
+ * in [2^14, 2^15), rounded, scaled back; a zero row stays; the NVFP4
+ * synthetic target's hidden states move (by about FP16's rounding, not
+ * more), the all-BF16 one's not at all */
+START_TEST(test_fp16_experts) {
+  const float row[4] = {3.0f, 1e-3f, -0.5f, 1.0f + 0x1p-12f};
+  float out[4], z[3] = {0, 0, 0}, tiny[2] = {1e-38f, 3e-39f};
+  rt_round_f16_row(row, 4, out);
+  for (int i = 0; i < 4; i++) /* 3 = 1.5 x 2^1: e = 1 - 14 */
+    ck_assert_msg(out[i] == ldexpf(mtpq_round_f16(ldexpf(row[i], 13)), -13), "%d: %a", i, out[i]);
+  ck_assert(out[0] == 3.0f && out[3] == 1.0f && out[1] != 1e-3f);
+  rt_round_f16_row(z, 3, z);
+  ck_assert(z[0] == 0 && z[1] == 0 && z[2] == 0);
+  rt_round_f16_row(tiny, 2, tiny); /* e clamped at -112: 2^-126 x 2^... stays finite */
+  ck_assert(isfinite(tiny[0]) && isfinite(tiny[1]) && tiny[0] > 0);
+  struct mtpq_err err = {0};
+  for (int f = MTPQ_SYNTH_BF16; f <= MTPQ_SYNTH_NVIDIA; f++) {
+    float h[2][4][64];
+    struct mtpq_target *t = NULL;
+    ck_assert_msg(mtpq_target_synth(small_cfg, (enum mtpq_synth_formats)f, 5, &t, &err) == MTPQ_OK, "%s", err.msg);
+    for (int on = 0; on < 2; on++) {
+      struct mtpq_target_seq *s = NULL;
+      ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 8, 1, &s, &err), MTPQ_OK);
+      ck_assert_int_eq(mtpq_target_seq_fp16_experts(s, on, &err), MTPQ_OK);
+      for (int p = 0; p < 4; p++) ck_assert_int_eq(mtpq_target_step(s, 3 + p, h[on][p], NULL, NULL, &err), MTPQ_OK);
+      mtpq_target_seq_close(s);
+    }
+    double num = 0, den = 0;
+    for (int p = 0; p < 4; p++)
+      for (int j = 0; j < 64; j++)
+        num += ((double)h[1][p][j] - h[0][p][j]) * ((double)h[1][p][j] - h[0][p][j]),
+            den += (double)h[0][p][j] * h[0][p][j];
+    if (f == MTPQ_SYNTH_BF16)
+      ck_assert_msg(num == 0, "BF16 experts moved: %g", sqrt(num / den));
+    else
+      ck_assert_msg(num > 0 && sqrt(num / den) < 4e-3, "NVFP4 experts: %g", sqrt(num / den));
+    mtpq_target_close(t);
+  }
+}
+END_TEST
+
 /* Against transformers (float32, testdata/target/fx-*, made by
  * tests/bench/make_target_fixtures.py): the logits of a 64-token prefill
  * and of 16 greedy decode steps within relative error 1e-5 with every
@@ -856,6 +899,7 @@ int main(void) {
   tcase_add_test(tc, test_sample_batch);
   tcase_add_test(tc, test_synthetic);
   tcase_add_test(tc, test_route_margin);
+  tcase_add_test(tc, test_fp16_experts);
   tcase_add_test(tc, test_kv_bf16);
   tcase_add_test(tc, test_sampler);
   tcase_add_test(tc, test_sampler_threshold);

@@ -19,15 +19,21 @@
 // 64-wide chunk are dealt so that lane (g, t) holds elements 16 t .. 16 t
 // + 15 of its rows (one NVFP4 block: one scale) and MMA j takes elements
 // 16 t + 4 j .. + 3 as its k slots (2 t, 2 t + 1, 2 t + 8, 2 t + 9); the
-// B fragments take the same k from the rows' pieces in shared memory, so
+// B fragments take the same k from the rows staged in shared memory, so
 // the dot products are the true ones, summed in the tensor core's order.
 // gate/up: MMA row g is feature f's gate row and row g + 8 its up row, so
 // SwiGLU pairs sit in one lane's accumulators.
 //
-// Numerics (as the cuBLAS products of the prefill): weights exact in BF16
-// (BF16; E4M3; E2M1 x E4M3 block scale, at most 5 significant bits), the
-// tensor scale applied to the float32 sums; activations two BF16 pieces
-// hi + lo accumulated into one float32 sum.
+// Numerics: weights exact (BF16 as stored; E4M3 and E2M1 x E4M3 block
+// scale, at most 5 significant bits and at most 2,688, in FP16), the tensor
+// scale applied to the float32 sums. Activations: for BF16 weights two BF16
+// pieces hi + lo (as the prefill's cuBLAS products), accumulated into one
+// float32 sum; for FP8 and NVFP4 weights one FP16 piece, each row scaled by
+// a power of two that puts its largest magnitude in [2^14, 2^15)
+// (k_p_tof16), so every element is rounded once to 2^-11 of itself (values
+// below 2^-24 of the row's largest excepted) and the scale comes back in
+// the epilogue: one MMA where two pieces took two. SwiGLU's output feeds an
+// FP16 down as float32, a BF16 down as pieces.
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/prefill.cuh"
 
@@ -124,72 +130,89 @@ template <int F> __device__ __forceinline__ void te_load(const uint8_t *row, con
   }
 }
 
-// the raw weights' element pair (4 j + 2 h, 4 j + 2 h + 1) as a BF16 pair (the lower k in the low half), exact
-template <int F>
-__device__ __forceinline__ uint32_t te_pair(const te_raw<F> &r, int j, int h, const uint32_t *lut, __nv_bfloat162 s) {
+// four E2M1 bytes (eight codes, the lower k in each byte's low nibble) as E4M3 bytes in k order, two words:
+// code (s, e1 e0, m) as the E4M3 byte s 000 e1 e0 m 00, whose value is the code's times 2^-6 exactly (exponent
+// field 0 is E4M3's subnormal step as it is E2M1's, so 0.5 comes out as 2^-7)
+__device__ __forceinline__ void te_e2m1_e4m3(uint32_t w, uint32_t &lo4, uint32_t &hi4) {
+  const uint32_t a = w & 0x0F0F0F0Fu, b = (w >> 4) & 0x0F0F0F0Fu; // codes 0, 2, 4, 6 and 1, 3, 5, 7
+  const uint32_t ea = ((a << 2) & 0x1C1C1C1Cu) | ((a << 4) & 0x80808080u);
+  const uint32_t eb = ((b << 2) & 0x1C1C1C1Cu) | ((b << 4) & 0x80808080u);
+  lo4 = __byte_perm(ea, eb, 0x5140), hi4 = __byte_perm(ea, eb, 0x7362);
+}
+
+// the raw weights as the A fragments' element pairs: p[q] = elements (2 q, 2 q + 1) (the lower k in the low
+// half), exact: BF16 as stored; FP8 as FP16; NVFP4 as FP16 E2M1 x 2^-6 times the block scale x 2^6 (E4M3 times
+// 64 is at most 28,672 and the product at most 2,688, both exact in FP16)
+template <int F> __device__ __forceinline__ void te_pairs(const te_raw<F> &r, uint32_t (&p)[8]) {
   if constexpr (F == LIN_BF16) {
-    const uint4 q = r.v[j >> 1];
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-    return w[2 * (j & 1) + h];
+    const uint32_t w[8] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w, r.v[1].x, r.v[1].y, r.v[1].z, r.v[1].w};
+#pragma unroll
+    for (int q = 0; q < 8; q++) p[q] = w[q];
   } else if constexpr (F == LIN_FP8) {
     const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
-    const float2 f = rt_e4m3x2((uint16_t)(w[j] >> (16 * h)));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-    return *reinterpret_cast<const uint32_t *>(&b);
+#pragma unroll
+    for (int q = 0; q < 8; q++) p[q] = rt_e4m3x2_h2(w[q >> 1] >> (16 * (q & 1)));
   } else {
-    const uint32_t w = j < 2 ? r.v[0].x : r.v[0].y, byte = (w >> (8 * (2 * (j & 1) + h))) & 0xFFu;
-    const uint32_t u = lut[byte];
-    const __nv_bfloat162 b = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&u), s);
-    return *reinterpret_cast<const uint32_t *>(&b);
+    const __half2 s = __float2half2_rn(64.0f * rt_e4m3((uint8_t)r.sc));
+    uint32_t e[4];
+    te_e2m1_e4m3(r.v[0].x, e[0], e[1]);
+    te_e2m1_e4m3(r.v[0].y, e[2], e[3]);
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+      const uint32_t h = rt_e4m3x2_h2(e[q >> 1] >> (16 * (q & 1)));
+      const __half2 v = __hmul2(*reinterpret_cast<const __half2 *>(&h), s);
+      p[q] = *reinterpret_cast<const uint32_t *>(&v);
+    }
   }
 }
 
-// E2M1 byte (two codes, the lower k in the low nibble) as a BF16 pair
-__device__ __forceinline__ uint32_t te_lut_entry(int b) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(rt_e2m1(b & 15), rt_e2m1(b >> 4));
-  return *reinterpret_cast<const uint32_t *>(&v);
-}
-
 // A chunk's products for the tile's first NTL n-tiles (8 rows each), two n-tiles at a time with their B
-// fragments (both pieces, all four k slices) in registers: the MMAs follow k slice by k slice and piece by
+// fragments (every piece, all four k slices) in registers: the MMAs follow k slice by k slice and piece by
 // piece over the four accumulators of the pair, so an accumulator's next MMA comes four MMAs after its last
-// (a chain of dependent MMAs on one accumulator left the tensor pipe waiting on its latency)
-template <int NTL>
-__device__ __forceinline__ void te_mma(float (&acc)[2][TE_N / 8][4], const uint32_t (&a)[2][4][4], const bf16 *b0,
-                                       const bf16 *b1, int g, int t) {
+// (a chain of dependent MMAs on one accumulator left the tensor pipe waiting on its latency). P pieces of
+// BF16 (BF) or FP16 activations.
+template <int NTL, int P, bool BF>
+__device__ __forceinline__ void te_mma(float (&acc)[2][TE_N / 8][4], const uint32_t (&a)[2][4][4],
+                                       const uint16_t *const (&b)[P], int g, int t) {
 #pragma unroll
   for (int n0 = 0; n0 < NTL; n0 += 2) {
-    uint32_t xb[2][2][8]; // [n-tile of the pair][piece][word: k slice j's two at 2 j, 2 j + 1]
+    uint32_t xb[2][P][8]; // [n-tile of the pair][piece][word: k slice j's two at 2 j, 2 j + 1]
 #pragma unroll
     for (int u = 0; u < 2; u++)
 #pragma unroll
-      for (int p = 0; p < 2; p++) {
+      for (int pc = 0; pc < P; pc++) {
         if (n0 + u >= NTL) continue;
-        const uint4 *bp = reinterpret_cast<const uint4 *>((p ? b1 : b0) + ((n0 + u) * 8 + g) * TE_BS + 16 * t);
+        const uint4 *bp = reinterpret_cast<const uint4 *>(b[pc] + ((n0 + u) * 8 + g) * TE_BS + 16 * t);
         const uint4 q0 = bp[0], q1 = bp[1];
-        xb[u][p][0] = q0.x, xb[u][p][1] = q0.y, xb[u][p][2] = q0.z, xb[u][p][3] = q0.w;
-        xb[u][p][4] = q1.x, xb[u][p][5] = q1.y, xb[u][p][6] = q1.z, xb[u][p][7] = q1.w;
+        xb[u][pc][0] = q0.x, xb[u][pc][1] = q0.y, xb[u][pc][2] = q0.z, xb[u][pc][3] = q0.w;
+        xb[u][pc][4] = q1.x, xb[u][pc][5] = q1.y, xb[u][pc][6] = q1.z, xb[u][pc][7] = q1.w;
       }
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-      for (int p = 0; p < 2; p++)
+      for (int pc = 0; pc < P; pc++)
 #pragma unroll
         for (int u = 0; u < 2; u++)
 #pragma unroll
           for (int mt = 0; mt < 2; mt++)
             if (n0 + u < NTL)
-              rt_mma16816<true>(acc[mt][n0 + u], a[mt][j][0], a[mt][j][1], a[mt][j][2], a[mt][j][3],
-                                xb[u][p][2 * j], xb[u][p][2 * j + 1]);
+              rt_mma16816<BF>(acc[mt][n0 + u], a[mt][j][0], a[mt][j][1], a[mt][j][2], a[mt][j][3],
+                              xb[u][pc][2 * j], xb[u][pc][2 * j + 1]);
   }
 }
 
-// GU: gate/up of every expert (features of a slab: 64, 16 a warp), SwiGLU into the pieces o0, o1; else down
-// (weight rows of a slab: 128, 32 a warp) into y, times the down's tensor scale
-template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp_eg_args A) {
-  __shared__ __align__(16) bf16 bs[2][2][TE_N * TE_BS]; // [stage][piece][row slot][k]
-  __shared__ uint32_t lut[256];
+// GU: gate/up of every expert (features of a slab: 64, 16 a warp), SwiGLU into y (float32) or the pieces o0,
+// o1; else down (weight rows of a slab: 128, 32 a warp) into y, times the down's tensor scale. BF16 weights
+// take the activations as two BF16 pieces (x0, x1); FP8 and NVFP4 as one FP16 piece xh whose row r is the
+// activations' row times 1 / xs[r], a power of two (k_p_tof16)
+// (FP16 activations: 3 blocks an SM, at 168 registers with a few spilled; the measurement is in the ledger)
+template <int F, bool GU>
+__global__ void __launch_bounds__(128, F == LIN_BF16 ? 2 : 3) k_p_egemm(tp_eg_args A) {
+  constexpr int P = F == LIN_BF16 ? 2 : 1;
+  constexpr bool BF = F == LIN_BF16;
+  __shared__ __align__(16) uint16_t bs[2][P][TE_N * TE_BS]; // [stage][piece][row slot][k]
   __shared__ int src[TE_N];
+  __shared__ float rsc[TE_N]; // FP16 activations: each row slot's scale
   __shared__ int s_e, s_r0, s_n;
   __shared__ dlin Lg, Lu;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -209,12 +232,13 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
       Lu = A.u0 >= 0 ? A.tab[A.u0 + lo] : Lg;
     }
   }
-  if (F == LIN_NVFP4)
-    for (int b = tid; b < 256; b += 128) lut[b] = te_lut_entry(b);
   __syncthreads();
   if (s_e < 0) return;
   const int r0 = s_r0, nr = s_n;
-  for (int s = tid; s < TE_N; s += 128) src[s] = s < nr ? (A.perm ? A.perm[r0 + s] : r0 + s) : -1;
+  for (int s = tid; s < TE_N; s += 128) {
+    src[s] = s < nr ? (A.perm ? A.perm[r0 + s] : r0 + s) : -1;
+    if (!BF) rsc[s] = s < nr ? A.xs[src[s]] : 0.0f;
+  }
   // the lane's four rows: m-tile mt's MMA rows g (q = 2 mt) and g + 8 (q = 2 mt + 1)
   const int64_t K = A.kdim, M = A.mdim;
   const bool pair = A.u0 < 0;
@@ -239,21 +263,22 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
     wr[q] = L->w + (size_t)row * rowb;
     sr[q] = F == LIN_NVFP4 ? L->sc + (size_t)row * (size_t)(K / 16) : nullptr;
   }
-  __nv_bfloat162 sc2[4];
-#pragma unroll
-  for (int q = 0; q < 4; q++) sc2[q] = __float2bfloat162_rn(1.0f);
   __syncthreads(); // (src)
   const int nc = (int)((K + TE_KC - 1) / TE_KC);
-  auto stage = [&](int c, int buf) { // chunk c's rows, both pieces, into bs[buf] (zeros past the rows and K)
+  const uint16_t *xp[2] = {BF ? reinterpret_cast<const uint16_t *>(A.x0) : reinterpret_cast<const uint16_t *>(A.xh),
+                           reinterpret_cast<const uint16_t *>(A.x1)};
+  auto stage = [&](int c, int buf) { // chunk c's rows, every piece, into bs[buf] (zeros past the rows and K)
     const int64_t k0 = (int64_t)c * TE_KC;
 #pragma unroll
-    for (int m = 0; m < (2 * TE_N * TE_KC / 8) / 128; m++) {
-      const int i = tid + 128 * m, p = i / (TE_N * TE_KC / 8), s = (i / (TE_KC / 8)) % TE_N, sg = i % (TE_KC / 8);
-      const int64_t k = k0 + sg * 8;
-      const bool ok = src[s] >= 0 && k < K;
-      const bf16 *x = p ? A.x1 : A.x0;
-      rt_cp16z(&bs[buf][p][s * TE_BS + sg * 8], ok ? x + (int64_t)src[s] * A.ldx + k : x, ok);
-    }
+    for (int pc = 0; pc < P; pc++)
+#pragma unroll
+      for (int m = 0; m < (TE_N * TE_KC / 8) / 128; m++) {
+        const int i = tid + 128 * m, s = i / (TE_KC / 8), sg = i % (TE_KC / 8);
+        const int64_t k = k0 + sg * 8;
+        const bool ok = src[s] >= 0 && k < K;
+        const uint16_t *x = xp[pc];
+        rt_cp16z(&bs[buf][pc][s * TE_BS + sg * 8], ok ? x + (int64_t)src[s] * A.ldx + k : x, ok);
+      }
     rt_cp_commit();
   };
   float acc[2][TE_N / 8][4];
@@ -273,17 +298,14 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
     else rt_cp_commit(); // (an empty group: the wait below always leaves one)
     uint32_t a[2][4][4];
 #pragma unroll
-    for (int q = 0; q < 4; q++)
-      if (F == LIN_NVFP4) sc2[q] = __float2bfloat162_rn(rt_e4m3((uint8_t)raw[q].sc)); // (exact: 4 significant bits)
+    for (int mt = 0; mt < 2; mt++) {
+      uint32_t p0[8], p1[8]; // rows g and g + 8
+      te_pairs<F>(raw[2 * mt], p0);
+      te_pairs<F>(raw[2 * mt + 1], p1);
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        a[mt][j][0] = te_pair<F>(raw[2 * mt], j, 0, lut, sc2[2 * mt]);
-        a[mt][j][1] = te_pair<F>(raw[2 * mt + 1], j, 0, lut, sc2[2 * mt + 1]);
-        a[mt][j][2] = te_pair<F>(raw[2 * mt], j, 1, lut, sc2[2 * mt]);
-        a[mt][j][3] = te_pair<F>(raw[2 * mt + 1], j, 1, lut, sc2[2 * mt + 1]);
-      }
+      for (int j = 0; j < 4; j++)
+        a[mt][j][0] = p0[2 * j], a[mt][j][1] = p1[2 * j], a[mt][j][2] = p0[2 * j + 1], a[mt][j][3] = p1[2 * j + 1];
+    }
     if (c + 1 < nc) {
       const int64_t k = (int64_t)(c + 1) * TE_KC + 16 * t;
 #pragma unroll
@@ -291,17 +313,19 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
     }
     rt_cp_wait_group<1>();
     __syncthreads();
-    const bf16 *b0 = bs[c & 1][0], *b1 = bs[c & 1][1];
+    const uint16_t *b[P];
+#pragma unroll
+    for (int pc = 0; pc < P; pc++) b[pc] = bs[c & 1][pc];
     switch (ntl) { // (a straight-line product for each count of n-tiles holding rows)
-    case 1: te_mma<1>(acc, a, b0, b1, g, t); break;
-    case 2: te_mma<2>(acc, a, b0, b1, g, t); break;
-    case 3: te_mma<3>(acc, a, b0, b1, g, t); break;
-    case 4: te_mma<4>(acc, a, b0, b1, g, t); break;
+    case 1: te_mma<1, P, BF>(acc, a, b, g, t); break;
+    case 2: te_mma<2, P, BF>(acc, a, b, g, t); break;
+    case 3: te_mma<3, P, BF>(acc, a, b, g, t); break;
+    case 4: te_mma<4, P, BF>(acc, a, b, g, t); break;
 #if TE_N > 32
-    case 5: te_mma<5>(acc, a, b0, b1, g, t); break;
-    case 6: te_mma<6>(acc, a, b0, b1, g, t); break;
-    case 7: te_mma<7>(acc, a, b0, b1, g, t); break;
-    default: te_mma<8>(acc, a, b0, b1, g, t); break;
+    case 5: te_mma<5, P, BF>(acc, a, b, g, t); break;
+    case 6: te_mma<6, P, BF>(acc, a, b, g, t); break;
+    case 7: te_mma<7, P, BF>(acc, a, b, g, t); break;
+    default: te_mma<8, P, BF>(acc, a, b, g, t); break;
 #endif
     }
     __syncthreads(); // (the stage is read before the next chunk's copies overwrite it)
@@ -319,8 +343,10 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
         for (int i = 0; i < 2; i++) {
           const int s = nt * 8 + 2 * t + i;
           if (s >= nr) continue;
-          const float gv = acc[mt][nt][i] * sg, uv = acc[mt][nt][2 + i] * su;
-          tp_put(tk_silu(gv) * uv, A.o0, A.o1, (int64_t)(r0 + s) * A.ldo + f);
+          const float r = BF ? 1.0f : rsc[s], gv = acc[mt][nt][i] * (sg * r), uv = acc[mt][nt][2 + i] * (su * r);
+          const float v = tk_silu(gv) * uv;
+          if (A.y) A.y[(int64_t)(r0 + s) * A.ldy + f] = v;
+          else tp_put(v, A.o0, A.o1, (int64_t)(r0 + s) * A.ldo + f);
         }
     }
   } else {
@@ -336,10 +362,38 @@ template <int F, bool GU> __global__ void __launch_bounds__(128, 2) k_p_egemm(tp
 #pragma unroll
           for (int i = 0; i < 2; i++) {
             const int s = nt * 8 + 2 * t + i;
-            if (s < nr) A.y[(int64_t)(r0 + s) * A.ldy + row] = acc[mt][nt][2 * h + i] * sd;
+            if (s < nr) A.y[(int64_t)(r0 + s) * A.ldy + row] = acc[mt][nt][2 * h + i] * (sd * (BF ? 1.0f : rsc[s]));
           }
       }
   }
+}
+
+// grid ceil(n / 8), block 256 (a warp a row): row r of x (two BF16 pieces x0 + x1, or float32 xf) [n][ldx],
+// k < K, as FP16 xh [n][ldh] times 2^-e (e: the row's largest magnitude's exponent less 14, so that it lands
+// in [2^14, 2^15) and nothing overflows; within [-112, 113]), xs[r] = 2^e; a row of zeros gets e = 0
+__global__ void k_p_tof16(const bf16 *x0, const bf16 *x1, const float *xf, int64_t ldx, int64_t K, __half *xh,
+                          int64_t ldh, float *xs, int n) {
+  const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= n) return;
+  auto at = [&](int64_t k) {
+    const int64_t i = r * ldx + k;
+    return xf ? xf[i] : __bfloat162float(x0[i]) + __bfloat162float(x1[i]);
+  };
+  float mx = 0.0f;
+  for (int64_t k = lane; k < K; k += 32) mx = fmaxf(mx, fabsf(at(k)));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+  int e = mx > 0.0f ? ilogbf(mx) - 14 : 0;
+  e = e < -112 ? -112 : e > 113 ? 113 : e; // (2^-e and 2^e stay normal floats; kernels/rt_cpu.h's rt_round_f16_row)
+  const float inv = ldexpf(1.0f, -e);
+  for (int64_t k = lane; k < K; k += 32) xh[r * ldh + k] = __float2half_rn(at(k) * inv);
+  if (lane == 0) xs[r] = ldexpf(1.0f, e);
+}
+
+void tp_tof16(cudaStream_t st, const bf16 *x0, const bf16 *x1, const float *xf, int64_t ldx, int64_t K, __half *xh,
+              int64_t ldh, float *xs, int n) {
+  if (n > 0) k_p_tof16<<<(unsigned)((n + 7) / 8), 256, 0, st>>>(x0, x1, xf, ldx, K, xh, ldh, xs, n);
 }
 
 template <bool GU> static void te_run(cudaStream_t st, int f, const tp_eg_args &A, unsigned tiles) {

@@ -90,7 +90,8 @@ static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *e
             {&p->beta, C * t->HV},   {&p->dec, C * t->HV},      {&p->kq, C * t->HK},    {&p->o, C * m->VS},
             {&p->qg, C * m->QGS},    {&p->kk, C * m->KVS},      {&p->vv, C * m->KVS},   {&p->att, C * m->ATS},
             {&p->sc, t->Nq * QB * L}, {&p->pr, C * sh.E},       {&p->sz, C},            {&p->wsel, C * RT_KST},
-            {&p->ygu, C * 2 * IM},   {&p->yd, CK * t->H},       {&p->ysh, C * HS},      {&p->hid, C * HS}};
+            {&p->ygu, C * 2 * IM},   {&p->yd, CK * t->H},       {&p->ysh, C * HS},      {&p->hid, C * HS},
+            {&p->xs, CK},            {&p->yact, CK * IE}};
   for (const fb &f : fs)
     if (!st) st = palloc(v, f.p, (size_t)f.n * 4, err);
   struct bb {
@@ -100,6 +101,7 @@ static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *e
             {p->qb, t->Nq * C * t->D}, {p->pp, t->Nq * QB * L}};
   for (const bb &b : bs)
     for (int k = 0; k < 2 && !st; k++) st = palloc(v, &b.p[k], (size_t)b.n * 2, err);
+  if (!st) st = palloc(v, &p->xh, (size_t)std::max(C * HS, CK * IE) * 2, err);
   int **is[] = {&p->tok, &p->sel, &p->slot, &p->perm, &p->inv};
   const int64_t in[] = {C, C * RT_KST, CK, CK, CK};
   for (int k = 0; k < 5 && !st; k++) st = palloc(v, is[k], (size_t)in[k] * 4, err);
@@ -172,14 +174,20 @@ static enum mtpq_status experts(tgpu *m, int64_t i, int n, struct mtpq_err *err)
                           fmt_name(D.f), (long long)D.cols, fmt_name(fg), fmt_name(fd));
   }
   tp_route_sort(g->st, p->sel, n, K, E, p->cnt, p->slot, p->off, p->toff, p->perm, p->inv, p->bad, (int)i);
+  // FP8 and NVFP4 experts take their inputs as one FP16 piece scaled a row (k_egemm.cu); BF16 experts as the
+  // two BF16 pieces
+  const bool hg = fg != LIN_BF16, hd = fd != LIN_BF16;
+  if (hg) tp_tof16(g->st, p->xa[0], p->xa[1], nullptr, m->HS, H, p->xh, m->HS, p->xs, n);
   tp_eg_args A = {};
   A.tab = g->w.lins, A.w0 = gi, A.u0 = ui, A.E = E, A.off = p->off, A.toff = p->toff, A.perm = p->perm;
-  A.x0 = p->xa[0], A.x1 = p->xa[1], A.ldx = m->HS, A.kdim = H, A.mdim = IE;
-  A.o0 = p->xact[0], A.o1 = p->xact[1], A.ldo = IEs;
+  A.x0 = p->xa[0], A.x1 = p->xa[1], A.xh = p->xh, A.xs = p->xs, A.ldx = m->HS, A.kdim = H, A.mdim = IE;
+  A.o0 = p->xact[0], A.o1 = p->xact[1], A.ldo = IEs, A.y = hd ? p->yact : nullptr, A.ldy = IEs;
   tp_egemm(g->st, fg, true, A, N);
+  if (hd) tp_tof16(g->st, nullptr, nullptr, p->yact, IEs, IE, p->xh, IEs, p->xs, N);
   tp_eg_args D = {};
   D.tab = g->w.lins, D.w0 = di, D.u0 = -1, D.E = E, D.off = p->off, D.toff = p->toff, D.perm = nullptr;
-  D.x0 = p->xact[0], D.x1 = p->xact[1], D.ldx = IEs, D.kdim = IE, D.mdim = H, D.y = p->yd, D.ldy = H;
+  D.x0 = p->xact[0], D.x1 = p->xact[1], D.xh = p->xh, D.xs = p->xs, D.ldx = IEs, D.kdim = IE, D.mdim = H;
+  D.y = p->yd, D.ldy = H;
   tp_egemm(g->st, fd, false, D, N);
   return MTPQ_OK;
 }

@@ -15,11 +15,13 @@
 // lanes a state column over the chunk's tokens, staged a tile at a time
 // (ledger 39).
 //
-// Numerics: weights go to the tensor cores as BF16 exactly as stored (BF16;
-// FP8 and E2M1 x E4M3 block scale, both exact in BF16), their tensor scale
-// as the GEMM's alpha or applied to the float32 sums; activations as two
-// BF16 pieces hi + lo (each rounded to nearest, so x to about 2^-16 of
-// itself) accumulated into one float32 sum. The attention's queries and
+// Numerics: weights go to the tensor cores exactly as stored (BF16; FP8
+// and E2M1 x E4M3 block scale, exact in BF16 and in FP16), their tensor
+// scale as the GEMM's alpha or applied to the float32 sums; activations as
+// two BF16 pieces hi + lo (each rounded to nearest, so x to about 2^-16 of
+// itself) accumulated into one float32 sum, except into FP8 and NVFP4
+// routed experts: one FP16 piece, each row scaled by a power of two, so x to
+// 2^-11 of itself (k_egemm.cu; ledger 46). The attention's queries and
 // probabilities go as two pieces too; the K/V cache is BF16 as in every
 // forward. So the results agree with the CPU reference to float tolerance,
 // not bit for bit; the GPU tests state it.
@@ -42,6 +44,9 @@ struct tpre {
   float *o = nullptr;
   float *qg = nullptr, *kk = nullptr, *vv = nullptr, *att = nullptr, *sc = nullptr;
   float *pr = nullptr, *sz = nullptr, *wsel = nullptr, *ygu = nullptr, *yd = nullptr, *ysh = nullptr, *hid = nullptr;
+  // the routed experts' FP16 inputs (k_egemm.cu): xh and its rows' scales xs; yact, SwiGLU's output as float32
+  __half *xh = nullptr;
+  float *xs = nullptr, *yact = nullptr;
   // a layer's routing sorted by expert (k_egemm.cu): sel, the routing [C][RT_KST]; slot, each routed (token,
   // k)'s place in its expert; perm, sorted row -> token; inv, (token, k) -> sorted row; cnt, off, toff: each
   // expert's rows, first row and first tile (E + 1); bad: {layer, token, expert} of a routing outside the
@@ -95,16 +100,22 @@ struct tp_eg_args {
   int E;
   const int *off, *toff;     // tp_route_sort's
   const int *perm;           // the rows' inputs: x row perm[r] (gate/up) or r (perm NULL: down)
-  const bf16 *x0, *x1;       // the inputs' pieces [..][ldx]
+  const bf16 *x0, *x1;       // BF16 weights: the inputs' pieces [..][ldx]
+  const __half *xh;          // FP8 and NVFP4 weights: the inputs in FP16 [..][ldx], row r times 1 / xs[r]
+  const float *xs;
   int64_t ldx, kdim, mdim;   // k; features (gate/up) or output rows (down)
-  bf16 *o0, *o1;             // gate/up: SwiGLU's pieces [rows][ldo]
+  bf16 *o0, *o1;             // gate/up: SwiGLU's pieces [rows][ldo] (y NULL)
   int64_t ldo;
-  float *y;                  // down: y [rows][ldy], times the down's tensor scale
+  float *y;                  // down: y [rows][ldy], times the down's tensor scale; gate/up: SwiGLU's output
   int64_t ldy;
 };
 // every expert's gate/up (gu) or down over the rows sorted rows, weights of format f (every expert's, and
 // the up's, the same; kdim a multiple of 16)
 void tp_egemm(cudaStream_t st, int f, bool gu, const tp_eg_args &A, int rows);
+// n rows of x (pieces x0 + x1, or xf when not NULL) [n][ldx], k < K, as FP16 xh [n][ldh] scaled by a power of
+// two a row into [2^14, 2^15) at most, the factor back in xs[r]
+void tp_tof16(cudaStream_t st, const bf16 *x0, const bf16 *x1, const float *xf, int64_t ldx, int64_t K, __half *xh,
+              int64_t ldh, float *xs, int n);
 
 struct tp_gdn_args {
   const float *proj, *conv_w, *A_log, *dt_bias, *gnorm, *conv_old, *rec_old;
