@@ -149,8 +149,8 @@ void tp_swiglu(cudaStream_t st, const float *y, int64_t ldy, int gs, int64_t uo,
 // ---- Gated DeltaNet (target-architecture.md 2) ----
 
 // grid n, block 256: token t's conv + SiLU of every channel (inputs before the chunk from the old conv state),
-// q and k l2-normed (q also by dk^-0.5), q . k of each key head, beta = sigmoid(b), the decay
-// exp(-exp(A_log) softplus(a + dt_bias))
+// q and k l2-normed (q also by dk^-0.5), beta = sigmoid(b), the log decay -exp(A_log) softplus(a + dt_bias)
+// (k_gdnc.cu sums it over a chunk)
 __global__ void k_p_gdn_pre(tp_gdn_args A) {
   const int64_t t = blockIdx.x;
   const int K1 = A.Kc - 1, kd = A.HK * A.dk;
@@ -177,18 +177,11 @@ __global__ void k_p_gdn_pre(tp_gdn_args A) {
     for (int i = lane; i < A.dk; i += 32) v[i] *= r;
   }
   __syncthreads();
-  for (int j = w; j < A.HK; j += nw) { // q . k of each key head (the recurrence's o needs it)
-    const float *q = mx + j * A.dk, *k = mx + kd + j * A.dk;
-    float s = 0.0f;
-    for (int i = lane; i < A.dk; i += 32) s += q[i] * k[i];
-    s = rt_warp_sum(s);
-    if (lane == 0) A.kq[t * A.HK + j] = s;
-  }
   for (int h = threadIdx.x; h < A.HV; h += blockDim.x) {
     const float *p = A.proj + t * A.PS;
     const float a = p[A.a_src[h]] + A.dt_bias[h];
     A.beta[t * A.HV + h] = tk_sigm(p[A.b_src[h]]);
-    A.dec[t * A.HV + h] = expf(-expf(A.A_log[h]) * tk_softplus(a));
+    A.lg[t * A.HV + h] = -expf(A.A_log[h]) * tk_softplus(a);
   }
 }
 
@@ -201,86 +194,6 @@ __global__ void k_p_conv_state(tp_gdn_args A, int n) {
     const int64_t tt = (int64_t)n - K1 + k;
     A.conv_new[(int64_t)c * K1 + k] = tt >= 0 ? A.proj[tt * A.PS + src] : A.conv_old[(int64_t)c * K1 + (K1 + tt)];
   }
-}
-
-#define TP_TT 32 // tokens a tile of the recurrence
-
-// the recurrence's key rows padded to a multiple of 32 (a lane of a column's eight holds dkp / 8 of them)
-__host__ __device__ inline int tp_dkp(int dk) { return (dk + 31) / 32 * 32; }
-static size_t tp_rec_smem(int dk) { return (size_t)(2 * TP_TT * tp_dkp(dk) + TP_TT * 32 + 3 * TP_TT) * 4; }
-
-// grid (HV, ceil(dv / 32)), block 256, dynamic shared memory tp_rec_smem(dk): the recurrence of value head
-// h's state columns j0 .. j0 + 31 over the n tokens, eight lanes a column (four columns a warp): lane g of a
-// column holds rows 32 r + 4 g + e (e < 4, r < R = dkp / 32), so its q and k rows are float4 loads that the
-// eight lanes take from consecutive shared memory and the warp's four columns share. With S the state
-// before a token: u = dec S^T k, d = beta (v - u), S' = dec S + k d^T, o = S'^T q = dec S^T q + d (k . q),
-// so both of S's sums come from one pass and one three-round reduction within the eight lanes. Each
-// column is independent of the others given the tokens' q, k, beta, decay and k . q, which the block
-// stages a tile at a time.
-template <int R> __global__ void __launch_bounds__(256) k_p_gdn_rec(tp_gdn_args A, int n) {
-  extern __shared__ float tsm[];
-  const int h = blockIdx.x, lane = threadIdx.x & 31, g = lane & 7, cw = (threadIdx.x >> 3); // cw: column in block
-  const int j = blockIdx.y * 32 + cw, dk = A.dk, DKP = 32 * R, kd = A.HK * dk, kh = h / (A.HV / A.HK);
-  float *qs = tsm, *ks = qs + TP_TT * DKP, *vs = ks + TP_TT * DKP, *bs = vs + TP_TT * 32, *ds = bs + TP_TT;
-  float *kqs = ds + TP_TT;
-  const bool on = j < A.dv;
-  const int64_t hb = (int64_t)h * dk * A.dv;
-  float S[4 * R];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int rr = 32 * r + 4 * g + e;
-      S[4 * r + e] = on && rr < dk ? A.rec_old[hb + (int64_t)rr * A.dv + j] : 0.0f;
-    }
-  const int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  for (int64_t t0 = 0; t0 < n; t0 += TP_TT) {
-    const int nt = n - t0 < TP_TT ? (int)(n - t0) : TP_TT;
-    __syncthreads(); // (the tile before is read)
-    for (int tt = w; tt < nt; tt += nw) { // a warp a token's rows (zeros past dk)
-      const float *m = A.mix + (t0 + tt) * A.conv_dim + kh * dk;
-      for (int i = lane; i < DKP; i += 32)
-        qs[tt * DKP + i] = i < dk ? m[i] : 0.0f, ks[tt * DKP + i] = i < dk ? m[kd + i] : 0.0f;
-      const int jj = blockIdx.y * 32 + lane;
-      vs[tt * 32 + lane] = jj < A.dv ? m[2 * kd - kh * dk + (int64_t)h * A.dv + jj] : 0.0f;
-      if (lane == 0)
-        bs[tt] = A.beta[(t0 + tt) * A.HV + h], ds[tt] = A.dec[(t0 + tt) * A.HV + h],
-        kqs[tt] = A.kq[(t0 + tt) * A.HK + kh];
-    }
-    __syncthreads();
-    for (int tt = 0; tt < nt; tt++) {
-      const float4 *q4 = reinterpret_cast<const float4 *>(qs + tt * DKP) + g;
-      const float4 *k4 = reinterpret_cast<const float4 *>(ks + tt * DKP) + g;
-      float kx[4 * R], u = 0.0f, o = 0.0f, u2 = 0.0f, o2 = 0.0f;
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        const float4 kv = k4[8 * r], qv = q4[8 * r];
-        kx[4 * r] = kv.x, kx[4 * r + 1] = kv.y, kx[4 * r + 2] = kv.z, kx[4 * r + 3] = kv.w;
-        u += S[4 * r] * kv.x + S[4 * r + 1] * kv.y, u2 += S[4 * r + 2] * kv.z + S[4 * r + 3] * kv.w;
-        o += S[4 * r] * qv.x + S[4 * r + 1] * qv.y, o2 += S[4 * r + 2] * qv.z + S[4 * r + 3] * qv.w;
-      }
-      u += u2, o += o2;
-#pragma unroll
-      for (int x = 4; x > 0; x >>= 1) u += __shfl_xor_sync(0xFFFFFFFFu, u, x), o += __shfl_xor_sync(0xFFFFFFFFu, o, x);
-      const float dec = ds[tt], d = bs[tt] * (vs[tt * 32 + cw] - dec * u);
-#pragma unroll
-      for (int i = 0; i < 4 * R; i++) S[i] = S[i] * dec + kx[i] * d;
-      if (g == 0 && on) A.o[(t0 + tt) * A.VS + (int64_t)h * A.dv + j] = dec * o + d * kqs[tt];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int rr = 32 * r + 4 * g + e;
-      if (on && rr < dk) A.rec_new[hb + (int64_t)rr * A.dv + j] = S[4 * r + e];
-    }
-}
-
-template <int R> static void tp_rec_run(cudaStream_t st, const tp_gdn_args &A, int n) {
-  const size_t sm = tp_rec_smem(A.dk); // (more than 48 KB past dk = 160)
-  if (sm > 48 * 1024) cudaFuncSetAttribute(k_p_gdn_rec<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-  k_p_gdn_rec<R><<<dim3((unsigned)A.HV, (unsigned)((A.dv + 31) / 32)), 256, sm, st>>>(A, n);
 }
 
 // grid (n, HV), block 128: the gated RMSNorm (plain w) x silu(z) of value head h, token t, as pieces
@@ -301,16 +214,7 @@ __global__ void k_p_gdn_norm(tp_gdn_args A) {
 void tp_gdn(cudaStream_t st, const tp_gdn_args &A, int n) {
   k_p_gdn_pre<<<n, 256, 0, st>>>(A);
   k_p_conv_state<<<(A.conv_dim + 255) / 256, 256, 0, st>>>(A, n);
-  switch (tp_dkp(A.dk) / 32) { // (dk <= 256: the load checks)
-  case 1: tp_rec_run<1>(st, A, n); break;
-  case 2: tp_rec_run<2>(st, A, n); break;
-  case 3: tp_rec_run<3>(st, A, n); break;
-  case 4: tp_rec_run<4>(st, A, n); break;
-  case 5: tp_rec_run<5>(st, A, n); break;
-  case 6: tp_rec_run<6>(st, A, n); break;
-  case 7: tp_rec_run<7>(st, A, n); break;
-  default: tp_rec_run<8>(st, A, n); break;
-  }
+  tg_recurrence(st, A, n);
   k_p_gdn_norm<<<dim3((unsigned)n, (unsigned)A.HV), 128, 0, st>>>(A);
 }
 

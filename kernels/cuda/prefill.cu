@@ -87,13 +87,14 @@ static enum mtpq_status ensure(tgpu *m, int64_t C, int64_t L, struct mtpq_err *e
     float **p;
     int64_t n;
   } fs[] = {{&p->h, C * HS},         {&p->y, C * HS},           {&p->proj, C * m->PS},  {&p->mix, C * t->conv_dim},
-            {&p->beta, C * t->HV},   {&p->dec, C * t->HV},      {&p->kq, C * t->HK},    {&p->o, C * m->VS},
+            {&p->beta, C * t->HV},   {&p->lg, C * t->HV},       {&p->o, C * m->VS},
             {&p->qg, C * m->QGS},    {&p->kk, C * m->KVS},      {&p->vv, C * m->KVS},   {&p->att, C * m->ATS},
             {&p->sc, t->Nq * QB * L}, {&p->pr, C * sh.E},       {&p->sz, C},            {&p->wsel, C * RT_KST},
             {&p->ygu, C * 2 * IM},   {&p->yd, CK * t->H},       {&p->ysh, C * HS},      {&p->hid, C * HS},
             {&p->xs, CK},            {&p->yact, CK * IE}};
   for (const fb &f : fs)
     if (!st) st = palloc(v, f.p, (size_t)f.n * 4, err);
+  if (!st && t->HV > 0) st = palloc(v, &p->gw, tg_work_floats(C, (int)t->HV, (int)t->dk, (int)t->dv) * 4, err);
   struct bb {
     bf16 **p;
     int64_t n;
@@ -250,9 +251,10 @@ static enum mtpq_status gdn(tgpu *m, tseq *s, int64_t i, int cur, int dst, int n
   A.conv_old = s->conv[(size_t)i] + cur * cs, A.rec_old = s->rec[(size_t)i] + cur * rs;
   A.conv_new = s->conv[(size_t)i] + dst * cs, A.rec_new = s->rec[(size_t)i] + dst * rs;
   A.chan_src = m->chan_src, A.z_src = m->z_src, A.b_src = m->b_src, A.a_src = m->a_src;
-  A.mix = p->mix, A.beta = p->beta, A.dec = p->dec, A.kq = p->kq, A.o = p->o, A.x0 = p->xo[0], A.x1 = p->xo[1];
+  A.mix = p->mix, A.beta = p->beta, A.lg = p->lg, A.o = p->o, A.x0 = p->xo[0], A.x1 = p->xo[1];
   A.HK = (int)t->HK, A.HV = (int)t->HV, A.dk = (int)t->dk, A.dv = (int)t->dv, A.Kc = (int)t->Kc;
   A.conv_dim = (int)t->conv_dim, A.PS = PS, A.VS = m->VS, A.eps = t->eps;
+  tg_work_split(p->gw, p->C, A.HV, A.dk, A.dv, A);
   tp_gdn(m->ctx.st, A, n);
   return dense(m, l.out, p->xo, m->VS, n, p->y, HS, false, err);
 }

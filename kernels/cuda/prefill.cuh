@@ -11,9 +11,9 @@
 // on the device and go through one grouped GEMM launch for every expert's
 // gate/up and one for every down, reading the weights as stored
 // (k_egemm.cu; ledger 42); the attention is two GEMMs a KV head with a
-// causal softmax between them; the Gated DeltaNet recurrence runs eight
-// lanes a state column over the chunk's tokens, staged a tile at a time
-// (ledger 39).
+// causal softmax between them; the Gated DeltaNet recurrence runs in its
+// chunked form, 64 tokens a step, on the tensor cores (k_gdnc.cu; ledger
+// 47).
 //
 // Numerics: weights go to the tensor cores exactly as stored (BF16; FP8
 // and E2M1 x E4M3 block scale, exact in BF16 and in FP16), their tensor
@@ -40,7 +40,8 @@ struct tpre {
   cublasHandle_t cb = nullptr;
   int64_t C = 0, L = 0; // tokens the chunk buffers hold; key positions the scores hold
   int *tok = nullptr;
-  float *h = nullptr, *y = nullptr, *proj = nullptr, *mix = nullptr, *beta = nullptr, *dec = nullptr, *kq = nullptr;
+  float *h = nullptr, *y = nullptr, *proj = nullptr, *mix = nullptr, *beta = nullptr, *lg = nullptr;
+  float *gw = nullptr; // the chunked GDN recurrence's intermediates (k_gdnc.cu, tg_work_floats)
   float *o = nullptr;
   float *qg = nullptr, *kk = nullptr, *vv = nullptr, *att = nullptr, *sc = nullptr;
   float *pr = nullptr, *sz = nullptr, *wsel = nullptr, *ygu = nullptr, *yd = nullptr, *ysh = nullptr, *hid = nullptr;
@@ -120,7 +121,8 @@ void tp_tof16(cudaStream_t st, const bf16 *x0, const bf16 *x1, const float *xf, 
 struct tp_gdn_args {
   const float *proj, *conv_w, *A_log, *dt_bias, *gnorm, *conv_old, *rec_old;
   const int *chan_src, *z_src, *b_src, *a_src;
-  float *mix, *beta, *dec, *kq, *o, *conv_new, *rec_new;
+  float *mix, *beta, *lg, *o, *conv_new, *rec_new;
+  float *cw, *cq, *ckt, *ca, *cu, *cgl; // k_gdnc.cu's per (value head, chunk) W, e^g Q, Kt^T, A, U, e^g_last
   bf16 *x0, *x1;
   int HK, HV, dk, dv, Kc, conv_dim;
   int64_t PS, VS;
@@ -129,6 +131,11 @@ struct tp_gdn_args {
 // Gated DeltaNet over n tokens from the state (conv_old, rec_old) to (conv_new, rec_new); the gated norm's
 // output as pieces x0, x1 [n][VS]
 void tp_gdn(cudaStream_t st, const tp_gdn_args &A, int n);
+// k_gdnc.cu: the recurrence of tp_gdn in its chunked form (mix, beta, lg to o and rec_new); its workspace
+// in floats for C tokens (tg_work_floats), pointed into by tg_work_split
+void tg_recurrence(cudaStream_t st, const tp_gdn_args &A, int n);
+size_t tg_work_floats(int64_t C, int HV, int dk, int dv);
+void tg_work_split(float *base, int64_t C, int HV, int dk, int dv, tp_gdn_args &A);
 
 struct tp_attn_args {
   const float *qg, *qn;

@@ -153,9 +153,9 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
   int n = 0, dev = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return mtpq_err_set(err, MTPQ_E_NO_GPU, "no CUDA device");
   const bool gdn = strchr(t->cfg.layer_types, 'L') != nullptr;
-  if (gdn && (t->Kc > 9 || t->dk > 256 || t->HV % t->HK))
+  if (gdn && (t->Kc > 9 || t->dk > 128 || t->HV % t->HK)) // (dk: the prefill's chunked recurrence, k_gdnc.cu)
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
-                        "%s: conv kernel %lld, key head dim %lld: the CUDA backend takes up to 9 and 256", dir,
+                        "%s: conv kernel %lld, key head dim %lld: the CUDA backend takes up to 9 and 128", dir,
                         (long long)t->Kc, (long long)t->dk);
   const int64_t G = t->Nq / t->Nkv;
   if (t->D > 256 || t->D % 8 || (G != 1 && G != 2 && G != 4 && G != 8 && G != 16))

@@ -9,12 +9,16 @@
 # layer makes); and the first gate/up and down launches of the grouped
 # expert GEMM (k_p_egemm) with ncu's throughput, occupancy and warp-state
 # sections into
-# OUT/egemm.txt. With VARIANTS (source trees, carried) each is built too and
-# its bench-target prefill line printed next to the working tree's, before
-# the profiles. With CHECK=1, check_gpu_target runs first (at most 150 s).
+# OUT/egemm.txt. With VARIANTS (source trees, carried) each is built too (in
+# the background, beside the working tree) and its bench-target prefill line
+# printed next to the working tree's (which runs once more after the last
+# variant: the call's spread), before the profiles. With CHECK=1,
+# check_gpu_target runs first (at most 150 s); with CHECKV=1 it runs on
+# each variant too, after its build (but those whose numbers NOCHECK lists,
+# e.g. NOCHECK="2 4").
 # The profiles are skipped once the call has run STOP seconds (default 420).
 #
-#   [LAUNCHES=100] [CHECK=1] [STOP=420] bash tests/bench/device_prefill_prof.sh OUT [VARIANT...]
+#   [LAUNCHES=100] [CHECK=1] [CHECKV=1] [STOP=420] bash tests/bench/device_prefill_prof.sh OUT [VARIANT...]
 #
 # Carry .device-debs (and any VARIANT trees).
 set -uo pipefail
@@ -22,22 +26,45 @@ O=$1
 shift
 mkdir -p "$O"
 . tests/bench/device_lib.sh
+# the packages unpacked once, then every variant built in the background beside the working tree (only
+# mtpq and check_gpu_target; each variant with this tree's .ci/device-build.sh), all before anything is timed
+(MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh) || exit 1
+export MTPQ_DEVICE_TARGETS="mtpq check_gpu_target"
+W=$PWD n=0 vb=()
+for v in "$@"; do
+  n=$((n + 1))
+  rm -rf /tmp/var$n && cp -r "$v" /tmp/var$n && cp -r .device-debs /tmp/var$n/
+  ln -sfn "$PWD/testdata" /tmp/var$n/testdata # (the gpu tests read the working tree's)
+  (cd /tmp/var$n && OUT=/tmp/var$n-out && mkdir -p $OUT && . "$W/.ci/device-build.sh") > "$O/var$n-build.txt" 2>&1 &
+  vb+=($!)
+done
 dev_build "$O" || exit 1
+n=0 vok=()
+for p in "${vb[@]}"; do
+  n=$((n + 1))
+  if wait "$p"; then vok[$n]=1; else vok[$n]=0; echo "variant $n build failed"; tail -n 20 "$O/var$n-build.txt"; fi
+done
+echo "built at ${SECONDS}s"
 args=(bench-target --synthetic qwen3-next-80b --context 4096 --verify 2 --prefill 4096 --iters 3)
-[ "${CHECK:-0}" = 1 ] && dev_check_target ./build-gpu "$O" 150
+if [ "${CHECK:-0}" = 1 ]; then
+  dev_check_target ./build-gpu "$O" 150
+  mv "$O/check_gpu_target.txt" "$O/check_gpu_target-new.txt"
+fi
 timeout 120 ./build-gpu/mtpq "${args[@]}" > "$O/bt-new.txt" 2>&1
 echo "new: $(grep prefill "$O/bt-new.txt") at ${SECONDS}s"
 n=0
 for v in "$@"; do
   n=$((n + 1))
-  rm -rf /tmp/var$n && cp -r "$v" /tmp/var$n && cp -r .device-debs /tmp/var$n/
-  (cd /tmp/var$n && OUT=/tmp/var$n-out && mkdir -p $OUT && . .ci/device-build.sh) > "$O/var$n-build.txt" 2>&1 ||
-    { echo "variant $n build failed"; tail -n 20 "$O/var$n-build.txt"; continue; }
+  [ "${vok[$n]}" = 1 ] || continue
+  if [ "${CHECKV:-0}" = 1 ] && [[ " ${NOCHECK:-} " != *" $n "* ]]; then
+    dev_check_target /tmp/var$n/build-gpu "$O" 150
+    mv "$O/check_gpu_target.txt" "$O/check_gpu_target-var$n.txt"
+  fi
   timeout 120 /tmp/var$n/build-gpu/mtpq "${args[@]}" > "$O/bt-var$n.txt" 2>&1
   echo "variant $n ($v): $(grep prefill "$O/bt-var$n.txt") at ${SECONDS}s"
-  timeout 120 ./build-gpu/mtpq "${args[@]}" > "$O/bt-new-$n.txt" 2>&1
-  echo "new again: $(grep prefill "$O/bt-new-$n.txt")"
 done
+timeout 120 ./build-gpu/mtpq "${args[@]}" > "$O/bt-new-again.txt" 2>&1
+echo "new again: $(grep prefill "$O/bt-new-again.txt") at ${SECONDS}s"
 [ $SECONDS -lt "${STOP:-420}" ] || { echo "no time left for the profiles"; exit 0; }
 timeout 150 ncu --clock-control none --cache-control none -k 'regex:k_p_' --launch-count "${LAUNCHES:-100}" --csv \
   --page raw --metrics gpu__time_duration.sum --log-file "$O/ncu-prefill.csv" ./build-gpu/mtpq "${args[@]}" \
