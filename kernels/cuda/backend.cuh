@@ -56,6 +56,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -174,10 +176,13 @@ struct gpu_session {
     bool on = false;          // mtpq__cuda_profile: an event after every kernel of a step
     std::vector<cudaEvent_t> ev;
     std::vector<const char *> names;
+    int nlaunch = 0;          // go_cl's launches so far (the timeline's marks count them)
+    std::vector<std::pair<const char *, int>> *tl = nullptr; // timeline builds: mark() appends (name, nlaunch)
   } prof;
 };
 
 static inline void mark(gpu_session *g, const char *name) {
+  if (g->prof.tl) g->prof.tl->emplace_back(name, g->prof.nlaunch);
   if (!g->prof.on || g->prof.names.size() >= g->prof.ev.size()) return;
   cudaEventRecord(g->prof.ev[g->prof.names.size()], g->st);
   g->prof.names.push_back(name);
@@ -204,6 +209,7 @@ static void go_cl(gpu_session *g, bool pdl, unsigned cl, void (*k)(KA...), dim3 
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = g->on;
   cfg.attrs = at, cfg.numAttrs = na;
   cudaLaunchKernelEx(&cfg, k, static_cast<KA>(args)...);
+  g->prof.nlaunch++;
 }
 
 template <typename... KA, typename... A>
@@ -303,7 +309,9 @@ void ops_next(gpu_session *g, int n);
 // sweep.cu
 enum mtpq_status sweep_flush_l2(gpu_session *g, struct mtpq_err *err);
 #ifdef MTPQ_TIMELINE
-// session.cu: the timeline's count zeroed before a draft call, its records written after
+// session.cu: the timeline's count zeroed before a call, its records written after, to the file
+// MTPQ_CUDA_TL_FILE names with suffix appended (NULL: none); with marks, FILE.names lists them
+enum mtpq_status tl_open(gpu_session *g, struct mtpq_err *err);
 void tl_reset(gpu_session *g);
-void tl_write(void);
+void tl_write(const char *suffix, const std::vector<std::pair<const char *, int>> *marks);
 #endif

@@ -16,6 +16,7 @@ __global__ void k_t_embed(tk_calls c, const uint8_t *emb, int f32, int64_t H, in
                           float eps, float *h, float *a, unsigned long long *best) {
   __shared__ float sh[32];
   rt_trigger();
+  RT_TL_START();
   rt_wait();
   const int t = blockIdx.x;
   const int64_t tok = c.c[t / c.Tn].tok[t % c.Tn];
@@ -26,6 +27,7 @@ __global__ void k_t_embed(tk_calls c, const uint8_t *emb, int f32, int64_t H, in
   if (threadIdx.x == 0) best[t] = 0;
   __syncthreads();
   tk_zcnorm(ht, w, (int)H, eps, a + t * HS, sh);
+  RT_TL_END();
 }
 
 // grid T: h += y (+ s y2), then out = (1 + w) RMSNorm(h)
@@ -33,6 +35,7 @@ __global__ void k_t_addnorm(const float *y, const float *y2, const float *s2, in
                             int64_t HS, const float *w, float eps, float *out, int64_t os) {
   __shared__ float sh[32];
   rt_trigger();
+  RT_TL_START();
   rt_wait();
   const int t = blockIdx.x;
   float *ht = h + t * HS;
@@ -40,6 +43,7 @@ __global__ void k_t_addnorm(const float *y, const float *y2, const float *s2, in
   for (int64_t j = threadIdx.x; j < H; j += blockDim.x) ht[j] += y2 ? y[t * ys + j] + s * y2[t * ys + j] : y[t * ys + j];
   __syncthreads();
   tk_zcnorm(ht, w, (int)H, eps, out + t * os, sh);
+  RT_TL_END();
 }
 
 struct tk_attn_args {
@@ -57,6 +61,7 @@ __global__ void k_t_kv(tk_attn_args A) {
   __shared__ float sh[32];
   extern __shared__ float kx[]; // [D]
   rt_trigger();
+  RT_TL_START();
   const int g = blockIdx.x, t = blockIdx.y, D = A.D;
   const tcall &cl = A.c.c[t / A.c.Tn]; // (copied in before the forward's first kernel: read before the wait)
   uint16_t *const kc = cl.kc[A.c.layer], *const vc = cl.vc[A.c.layer];
@@ -71,6 +76,7 @@ __global__ void k_t_kv(tk_attn_args A) {
     kc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(kx[d]));
     vc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(v[d]));
   }
+  RT_TL_END();
 }
 
 // grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head kv,
@@ -86,12 +92,16 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
   __shared__ float qs[G][256];
   __shared__ float mx[G], sm[G];
   rt_trigger();
+  RT_TL_START();
   const int kv = blockIdx.x, t = blockIdx.y, s = blockIdx.z, D = A.D;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const tcall &cl = A.c.c[t / A.c.Tn]; // (copied in before the forward's first kernel: read before the wait)
   const uint16_t *kc = cl.kc[A.c.layer], *vc = cl.vc[A.c.layer];
   const int64_t C = ta_run(cl.pos0 + A.c.Tn), pos = cl.pos0 + t % A.c.Tn, lo = (int64_t)s * C;
-  if (lo > pos) return;
+  if (lo > pos) {
+    RT_TL_END();
+    return;
+  }
   rt_wait();
   const int n = (int)((lo + C - 1 < pos ? lo + C - 1 : pos) - lo + 1);
   const int64_t KV = (int64_t)A.Nkv * D;
@@ -171,6 +181,7 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
     const int64_t o = ((int64_t)(t * A.Nq + kv * G + threadIdx.x)) * A.NS + s;
     A.pm[o] = mx[threadIdx.x], A.pl[o] = sm[threadIdx.x];
   }
+  RT_TL_END();
 }
 
 // the attention of a forward: k_t_attn for the query heads per KV head (1, 2, 4, 8 or 16: the load checks)
@@ -191,6 +202,7 @@ __global__ void k_t_comb(tk_attn_args A) {
   __shared__ float sh[32];
   __shared__ float f[TA_NSMAX];
   rt_trigger();
+  RT_TL_START();
   const int h = blockIdx.x, t = blockIdx.y, D = A.D;
   const tcall &cl = A.c.c[t / A.c.Tn];
   const int n1 = (int)((cl.pos0 + t % A.c.Tn) / ta_run(cl.pos0 + A.c.Tn)) + 1, ns = n1 < A.NS ? n1 : A.NS;
@@ -208,6 +220,7 @@ __global__ void k_t_comb(tk_attn_args A) {
     for (int s = 0; s < ns; s++) acc += A.pacc[(o + s) * D + d] * f[s];
     A.att[t * A.ATS + (int64_t)h * D + d] = acc / L * tk_sigm(gate[d]);
   }
+  RT_TL_END();
 }
 
 struct tk_gdn_args {
@@ -250,6 +263,7 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   __shared__ float qs[256], ks[256], vs[32], red[16][32], red2[16][32], scal[4];
   __shared__ bool last;
   rt_trigger();
+  RT_TL_START();
   const int h = blockIdx.x, lane = threadIdx.x & 31, rg = threadIdx.x >> 5, RG = blockDim.x >> 5;
   const int r = A.HV / A.HK, j = blockIdx.y * 32 + lane, dk = A.dk, dv = A.dv, kh = h / r, kd = A.HK * dk;
   const tcall &cl = A.c.c[blockIdx.z];
@@ -365,7 +379,10 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   int *const cnt = A.cnt + blockIdx.z * A.HV + h;
   if (threadIdx.x == 0) last = atomicAdd(cnt, 1) == NCB - 1;
   __syncthreads();
-  if (!last) return;
+  if (!last) {
+    RT_TL_END();
+    return;
+  }
   __threadfence();
   for (int t = t0; t < t0 + A.c.Tn; t++) {
     float ss = 0.0f;
@@ -376,6 +393,7 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
       A.o2[t * A.VS + (int64_t)h * dv + c] = A.gnorm[c] * (__ldcg(ot + c) * rn) * tk_silu(p[A.z_src[h * dv + c]]);
   }
   if (threadIdx.x == 0) *cnt = 0; // for the next forward
+  RT_TL_END();
 }
 
 // grid T, one warp a token: softmax over the router's logits (lane l
@@ -386,6 +404,7 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
 // wsel[K] = sigmoid(shared_expert_gate) (1 without one)
 __global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, int K, int norm, float *wsel, int *sel) {
   rt_trigger();
+  RT_TL_START();
   rt_wait();
   const int t = blockIdx.x, lane = threadIdx.x;
   const float *p = pr + t * prs;
@@ -423,13 +442,16 @@ __global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, 
     wsel[t * RT_KST + lane] = norm ? wk / wsum : wk;
   }
   if (lane == 0) wsel[t * RT_KST + K] = sz ? tk_sigm(sz[t]) : 1.0f;
+  RT_TL_END();
 }
 
 __global__ void k_t_swiglu(const float *g, const float *u, float *a, int64_t n) {
   rt_trigger();
+  RT_TL_START();
   rt_wait();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     a[i] = rt_silu_mul(g[i], u[i]);
+  RT_TL_END();
 }
 
 void t_enqueue(tgpu *m, int n, int Tn, int head) {

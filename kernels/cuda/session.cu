@@ -21,11 +21,13 @@ __device__ rt_tl_rec *rt_tl_buf;
 __device__ unsigned int rt_tl_cap;
 __device__ unsigned int rt_tl_n;
 
-// kernels/cuda/timeline.cuh's records: a buffer for TL_CAP blocks, its count zeroed
-// before each draft call and, after it, the call's records written to the
-// file MTPQ_CUDA_TL_FILE names (CSV; tests/bench/timeline.py reads it)
-#define TL_CAP (1u << 16)
-static enum mtpq_status tl_open(gpu_session *g, struct mtpq_err *err) {
+// kernels/cuda/timeline.cuh's records: a buffer for TL_CAP blocks (one per
+// process: the last session or target opened owns it), its count zeroed
+// before each draft call or target forward and, after it, the call's records
+// written to the file MTPQ_CUDA_TL_FILE names (CSV; tests/bench/timeline.py
+// reads it)
+#define TL_CAP (1u << 18)
+enum mtpq_status tl_open(gpu_session *g, struct mtpq_err *err) {
   rt_tl_rec *buf = nullptr;
   enum mtpq_status st = dalloc(g, &buf, TL_CAP * sizeof(rt_tl_rec), err);
   const unsigned cap = TL_CAP;
@@ -40,21 +42,27 @@ void tl_reset(gpu_session *g) {
   if (cudaGetSymbolAddress(&n, rt_tl_n) == cudaSuccess) cudaMemsetAsync(n, 0, sizeof(unsigned), g->st);
 }
 
-void tl_write(void) { // after the call's synchronisation
-  const char *path = getenv("MTPQ_CUDA_TL_FILE");
+void tl_write(const char *suffix, const std::vector<std::pair<const char *, int>> *marks) { // after the sync
+  const char *env = getenv("MTPQ_CUDA_TL_FILE");
   unsigned n = 0;
   rt_tl_rec *buf = nullptr;
-  if (!path || cudaMemcpyFromSymbol(&n, rt_tl_n, sizeof n) != cudaSuccess ||
+  if (!env || cudaMemcpyFromSymbol(&n, rt_tl_n, sizeof n) != cudaSuccess ||
       cudaMemcpyFromSymbol(&buf, rt_tl_buf, sizeof buf) != cudaSuccess)
     return;
   if (n > TL_CAP) n = TL_CAP;
   std::vector<rt_tl_rec> r(n);
   if (n && cudaMemcpy(r.data(), buf, n * sizeof(rt_tl_rec), cudaMemcpyDeviceToHost) != cudaSuccess) return;
-  FILE *f = fopen(path, "w");
+  const std::string path = std::string(env) + (suffix ? suffix : "");
+  FILE *f = fopen(path.c_str(), "w");
   if (!f) return;
   fprintf(f, "grid,block,sm,start,waited,end,mid1,mid2\n");
   for (const rt_tl_rec &x : r)
     fprintf(f, "%llu,%u,%u,%llu,%llu,%llu,%llu,%llu\n", x.grid, x.block, x.sm, x.t[0], x.t[1], x.t[2], x.t[3], x.t[4]);
+  fclose(f);
+  // the marks: each name with the launches made before it (the launches since the mark before are its kernels)
+  if (!marks || !(f = fopen((path + ".names").c_str(), "w"))) return;
+  fprintf(f, "name,launches\n");
+  for (const auto &m : *marks) fprintf(f, "%s,%d\n", m.first, m.second);
   fclose(f);
 }
 #endif

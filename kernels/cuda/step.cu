@@ -274,7 +274,7 @@ static enum mtpq_status chain(gpu_session *g, int n, int steps, int drafts, int3
   float ms = 0;
   g->prof.draft_us = cudaEventElapsedTime(&ms, g->prof.t0, g->prof.t1) == cudaSuccess ? ms * 1e3 : -1;
 #ifdef MTPQ_TIMELINE
-  tl_write();
+  tl_write(nullptr, nullptr);
 #endif
   return MTPQ_OK;
 }

@@ -157,6 +157,8 @@ struct tgpu {
   cudaGraphExec_t graph[TK_SMAX + 1][MTPQ_TCUDA_MAX_T + 1][3] = {}; // per (sequences, Tn, head)
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   tpre *pre = nullptr; // made at the first prefill
+  // timeline builds (kernels/cuda/timeline.cuh): each graph's marks, (name, launches before it)
+  std::vector<std::pair<const char *, int>> tl_marks[TK_SMAX + 1][MTPQ_TCUDA_MAX_T + 1][3];
 };
 
 struct tseq {

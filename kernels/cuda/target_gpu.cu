@@ -290,6 +290,9 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
   if (!st && (cudaMallocHost((void **)&m->h_calls, TK_SMAX * sizeof(tcall)) != cudaSuccess ||
               cudaEventCreate(&m->e0) != cudaSuccess || cudaEventCreate(&m->e1) != cudaSuccess))
     st = mtpq_err_set(err, MTPQ_E_GPU, "cannot allocate pinned memory or events");
+#ifdef MTPQ_TIMELINE
+  if (!st) st = tl_open(g, err);
+#endif
   if (!st && gdn) {
     std::vector<int> ch, z, b, a;
     gdn_tables(t, next, ch, z, b, a);
@@ -457,6 +460,21 @@ extern "C" enum mtpq_status mtpq__tcuda_seq_open(struct mtpq_target *t, int64_t 
   return MTPQ_OK;
 }
 
+// t_enqueue; timeline builds keep the forward's marks (names and launch counts) for tl_write
+static void tl_enqueue(tgpu *m, int n, int Tn, int hm) {
+#ifdef MTPQ_TIMELINE
+  gpu_session *g = &m->ctx;
+  g->prof.tl = &m->tl_marks[n][Tn][hm];
+  g->prof.tl->clear();
+  g->prof.nlaunch = 0;
+  mark(g, "start");
+  t_enqueue(m, n, Tn, hm);
+  g->prof.tl = nullptr;
+#else
+  t_enqueue(m, n, Tn, hm);
+#endif
+}
+
 // the graph of a forward of Tn tokens of each of n sequences, any of them (made on first use)
 static enum mtpq_status forward_graph(tgpu *m, int n, int Tn, int hm, cudaGraphExec_t **out, struct mtpq_err *err) {
   gpu_session *g = &m->ctx;
@@ -464,7 +482,7 @@ static enum mtpq_status forward_graph(tgpu *m, int n, int Tn, int hm, cudaGraphE
   if (!*ex) {
     cudaGraph_t gr;
     CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
-    t_enqueue(m, n, Tn, hm);
+    tl_enqueue(m, n, Tn, hm);
     CK(cudaStreamEndCapture(g->st, &gr));
     cudaError_t e = cudaGraphInstantiate(ex, gr, 0);
     cudaGraphDestroy(gr);
@@ -517,6 +535,9 @@ extern "C" enum mtpq_status mtpq__tcuda_forward_many(void *const *ps, int n, int
   }
   CK(cudaMemcpyAsync(m->calls, m->h_calls, (size_t)n * sizeof(tcall), cudaMemcpyHostToDevice, g->st));
   const int hm = head < 0 ? 0 : head > 2 ? 2 : head;
+#ifdef MTPQ_TIMELINE
+  tl_reset(g);
+#endif
   CK(cudaEventRecord(m->e0, g->st));
   if (g->set.tune.graphs) {
     cudaGraphExec_t *ex = nullptr;
@@ -524,7 +545,7 @@ extern "C" enum mtpq_status mtpq__tcuda_forward_many(void *const *ps, int n, int
     if (st) return st;
     CK(cudaGraphLaunch(*ex, g->st));
   } else {
-    t_enqueue(m, n, Tn, hm);
+    tl_enqueue(m, n, Tn, hm);
   }
   CK(cudaGetLastError());
   CK(cudaEventRecord(m->e1, g->st));
@@ -540,6 +561,11 @@ extern "C" enum mtpq_status mtpq__tcuda_forward_many(void *const *ps, int n, int
   }
   if (hm >= 1 && argmax) CK(cudaMemcpyAsync(best.data(), g->x.best, (size_t)T * 8, cudaMemcpyDeviceToHost, g->st));
   CK(cudaStreamSynchronize(g->st));
+#ifdef MTPQ_TIMELINE
+  char sfx[32];
+  snprintf(sfx, sizeof sfx, "-%dx%d", n, Tn);
+  tl_write(sfx, &m->tl_marks[n][Tn][hm]);
+#endif
   for (int b = 0; hm >= 1 && argmax && b < n; b++)
     for (int i = 0; argmax[b] && i < Tn; i++)
       argmax[b][i] = (int32_t)(0xFFFFFFFFu - (uint32_t)(best[(size_t)(b * Tn + i)] & 0xFFFFFFFFu));

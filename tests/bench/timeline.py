@@ -3,6 +3,7 @@
 -DMTPQ_CUDA_TIMELINE=ON, run with MTPQ_CUDA_TL_FILE=FILE; kernels/rt_tl.cuh).
 
 Usage: timeline.py FILE [NAMES] [STEPS] [STEP]
+       timeline.py --target FILE
 NAMES: comma-separated names of one step's launches in start order, or "-"
 (numbers; tests/bench/device_round.sh). With MTPQ_CUDA_SIDE=0 the start
 order is kernels/runtime_cuda.cu's enqueue order; with the shared expert on
@@ -19,24 +20,77 @@ last end after the first wait's return, "slow SMs" the SMs whose blocks
 ended more than 10% of the body after the median; "mid" the median time of
 a kernel's marks within (RT_TL_MID, kernels/rt_tl.cuh) after its block's
 wait, where it has them (files without the mid columns print none).
+
+--target: FILE is one target forward's timeline (bench-target in a
+timeline build with MTPQ_CUDA_TL_FILE=F writes F-NxT for each forward of N
+sequences of T tokens, and its marks, F-NxT.names). Its launches, in start
+order, are named by the marks (a mark's launches are those since the mark
+before it); per name: launches, the summed "dep" (kernel boundaries) and
+"body", and the forward's span.
 """
 import csv
 import statistics
 import sys
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    names = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] != "-" else []
-    nsteps = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    which = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+def load(path):
+    """the file's records by grid"""
     by = {}
-    with open(sys.argv[1]) as f:
+    with open(path) as f:
         for r in csv.DictReader(f):
             by.setdefault(r["grid"], []).append({k: int(v) for k, v in r.items()})
     if not by:
-        sys.exit(f"{sys.argv[1]}: no records")
+        sys.exit(f"{path}: no records")
+    return by
+
+
+def target(path):
+    launches = sorted(load(path).values(), key=lambda b: min(x["start"] for x in b))
+    marks = []
+    with open(path + ".names") as f:
+        for r in csv.DictReader(f):
+            marks.append((r["name"], int(r["launches"])))
+    name = []  # the mark after each launch names it
+    for (_, a), (nm, b) in zip(marks, marks[1:]):
+        name += [nm] * (b - a)
+    if len(name) != len(launches):
+        sys.exit(f"{path}: {len(launches)} launches recorded, the marks count {len(name)} "
+                 "(a kernel without the timeline's records?)")
+    agg, order, prev = {}, [], None
+    first = min(x["start"] for x in launches[0])
+    last = 0
+    for nm, b in zip(name, launches):
+        wt = [x["waited"] for x in b if x["waited"]] or [x["start"] for x in b]
+        en = [x["end"] for x in b if x["end"]] or [x["start"] for x in b]
+        dep = (min(wt) - prev) / 1e3 if prev is not None else 0.0
+        body = (max(en) - min(wt)) / 1e3
+        if nm not in agg:
+            agg[nm] = [0, 0.0, 0.0]
+            order.append(nm)
+        a = agg[nm]
+        a[0] += 1
+        a[1] += dep
+        a[2] += body
+        prev, last = max(en), max(last, max(en))
+    span = (last - first) / 1e3
+    print(f"{'launch':36s} {'n':>4s} {'dep us':>9s} {'body us':>9s} {'sum us':>9s} {'share':>6s}")
+    for nm in sorted(order, key=lambda k: -(agg[k][1] + agg[k][2])):
+        n, d, b = agg[nm]
+        print(f"{nm:36s} {n:4d} {d:9.1f} {b:9.1f} {d + b:9.1f} {100 * (d + b) / span:5.1f}%")
+    dep = sum(a[1] for a in agg.values())
+    body = sum(a[2] for a in agg.values())
+    print(f"{'all':36s} {len(launches):4d} {dep:9.1f} {body:9.1f} {dep + body:9.1f}  span {span:.1f} us")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    if sys.argv[1] == "--target":
+        return target(sys.argv[2])
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] != "-" else []
+    nsteps = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    which = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    by = load(sys.argv[1])
     steps = []
     for b in by.values():
         b.sort(key=lambda x: x["start"])
