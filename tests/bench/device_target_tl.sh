@@ -9,8 +9,10 @@
 # kernel boundaries ("dep": the first wait's return after the launch
 # before's last end) and the bodies, against the forward's span.
 #
-#   bash tests/bench/device_target_tl.sh OUT [bench-target options]
+#   [TL_BUILD_ONLY=1] bash tests/bench/device_target_tl.sh OUT [bench-target options]
 #
+# TL_BUILD_ONLY=1: build and stop (run it again later to time: the build is
+# then a no-op), so the build can run beside another job's GPU work.
 # OUT: where the logs go (the device tool's $OUT). Carry .device-debs.
 # Default options: --context 4096 --verify 2 --verify 4 --prefill 0 --iters 3.
 set -uo pipefail
@@ -24,6 +26,7 @@ cmake -S . -B build-tl -DMTPQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMTPQ_CUDA
   > "$O/tl-configure.log" 2>&1 || { tail -40 "$O/tl-configure.log"; exit 1; }
 cmake --build build-tl -j"$(nproc)" --target mtpq > "$O/tl-build.log" 2>&1 || { tail -60 "$O/tl-build.log"; exit 1; }
 echo "timeline build at ${SECONDS}s"
+[ "${TL_BUILD_ONLY:-0}" = 1 ] && exit 0
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--context 4096 --verify 2 --verify 4 --prefill 0 --iters 3)
 MTPQ_CUDA_TL_FILE="$O/tl" timeout 240 ./build-tl/mtpq bench-target --synthetic qwen3-next-80b "${args[@]}" \
