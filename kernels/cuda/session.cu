@@ -59,10 +59,11 @@ void tl_write(const char *suffix, const std::vector<std::pair<const char *, int>
   for (const rt_tl_rec &x : r)
     fprintf(f, "%llu,%u,%u,%llu,%llu,%llu,%llu,%llu\n", x.grid, x.block, x.sm, x.t[0], x.t[1], x.t[2], x.t[3], x.t[4]);
   fclose(f);
-  // the marks: each name with the launches made before it (the launches since the mark before are its kernels)
+  // the marks: each name with the launches made before it (the launches since the mark before are its kernels);
+  // names are quoted (some hold commas; none holds a quote)
   if (!marks || !(f = fopen((path + ".names").c_str(), "w"))) return;
   fprintf(f, "name,launches\n");
-  for (const auto &m : *marks) fprintf(f, "%s,%d\n", m.first, m.second);
+  for (const auto &m : *marks) fprintf(f, "\"%s\",%d\n", m.first, m.second);
   fclose(f);
 }
 #endif
