@@ -203,8 +203,7 @@ static int64_t best_unused(const float *pr, int64_t E, const int64_t *sel, int64
 void rt_round_f16_row(const float *x, int64_t n, float *out) {
   float mx = 0;
   for (int64_t i = 0; i < n; i++) mx = fabsf(x[i]) > mx ? fabsf(x[i]) : mx;
-  int e = mx > 0 ? ilogbf(mx) - 14 : 0;
-  e = e < -112 ? -112 : e > 113 ? 113 : e;
+  const int e = mtpq_f16_row_exp(mx);
   for (int64_t i = 0; i < n; i++) out[i] = ldexpf(mtpq_round_f16(ldexpf(x[i], -e)), e);
 }
 

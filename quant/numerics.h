@@ -19,6 +19,7 @@
 #ifndef MTPQ_QUANT_NUMERICS_H
 #define MTPQ_QUANT_NUMERICS_H
 
+#include <math.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
@@ -87,6 +88,17 @@ MTPQ_HD float mtpq_round_f16(float f) {
   const uint32_t r = (m + (1u << (drop - 1)) - 1u + ((m >> drop) & 1u)) >> drop;
   /* r x 2^(e - 23 + drop): r < 2^12 converts exactly, the power of two is a normal float */
   return mtpq_f32_from_bits(s | mtpq_f32_bits((float)r * mtpq_f32_from_bits((uint32_t)(e - 23 + drop + 127) << 23)));
+}
+
+/* The power of two 2^e by which a row whose largest magnitude is mx is
+ * divided before it is rounded to FP16 (mtpq_round_f16): e puts mx in
+ * [2^14, 2^15), 0 for a row of zeros, clamped to [-112, 113] so that 2^e
+ * and 2^-e stay normal floats. The CUDA prefill's FP8 and NVFP4 expert
+ * inputs (kernels/cuda/k_egemm.cu, k_p_tof16) and the CPU reference that
+ * emulates them (kernels/rt_cpu.c, rt_round_f16_row) both take it here. */
+MTPQ_HD int mtpq_f16_row_exp(float mx) {
+  const int e = mx > 0.0f ? ilogbf(mx) - 14 : 0;
+  return e < -112 ? -112 : e > 113 ? 113 : e;
 }
 
 /* torch c10 fp8e4m3fn_from_fp32_value. */

@@ -384,8 +384,7 @@ __global__ void k_p_tof16(const bf16 *x0, const bf16 *x1, const float *xf, int64
   for (int64_t k = lane; k < K; k += 32) mx = fmaxf(mx, fabsf(at(k)));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
-  int e = mx > 0.0f ? ilogbf(mx) - 14 : 0;
-  e = e < -112 ? -112 : e > 113 ? 113 : e; // (2^-e and 2^e stay normal floats; kernels/rt_cpu.h's rt_round_f16_row)
+  const int e = mtpq_f16_row_exp(mx); // (kernels/rt_cpu.c's rt_round_f16_row takes the same)
   const float inv = ldexpf(1.0f, -e);
   for (int64_t k = lane; k < K; k += 32) xh[r * ldh + k] = __float2half_rn(at(k) * inv);
   if (lane == 0) xs[r] = ldexpf(1.0f, e);
