@@ -30,20 +30,53 @@ __global__ void k_t_embed(tk_calls c, const uint8_t *emb, int f32, int64_t H, in
   RT_TL_END();
 }
 
-// grid T: h += y (+ s y2), then out = (1 + w) RMSNorm(h)
-__global__ void k_t_addnorm(const float *y, const float *y2, const float *s2, int64_t ys, float *h, int64_t H,
-                            int64_t HS, const float *w, float eps, float *out, int64_t os) {
+// grid T, block 256: h += y (+ s y2), then out = (1 + w) RMSNorm(h) (tk_zcnorm's sums, in its order). A
+// thread's NPT elements (j = tid + 256 i, NPT >= H / 256) are all loaded into registers before anything is
+// stored (loads and stores interleaved, each load waited for the store before it: NPT L2 round trips one after
+// another), the norm's weights before the wait.
+template <int NPT>
+__global__ void __launch_bounds__(256) k_t_addnorm(const float *y, const float *y2, const float *s2, int64_t ys,
+                                                   float *h, int64_t H, int64_t HS, const float *w, float eps,
+                                                   float *out, int64_t os) {
   __shared__ float sh[32];
   rt_trigger();
   RT_TL_START();
+  const int t = blockIdx.x, tid = threadIdx.x;
+  float wv[NPT], v[NPT], hv[NPT];
+#pragma unroll
+  for (int i = 0; i < NPT; i++) wv[i] = tid + 256 * i < H ? w[tid + 256 * i] : 0.0f;
   rt_wait();
-  const int t = blockIdx.x;
   float *ht = h + t * HS;
+  const float *yt = y + t * ys, *y2t = y2 ? y2 + t * ys : nullptr;
   const float s = y2 ? s2[t * RT_KST] : 0.0f;
-  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) ht[j] += y2 ? y[t * ys + j] + s * y2[t * ys + j] : y[t * ys + j];
-  __syncthreads();
-  tk_zcnorm(ht, w, (int)H, eps, out + t * os, sh);
+#pragma unroll
+  for (int i = 0; i < NPT; i++) {
+    const int64_t j = tid + 256 * i;
+    v[i] = j < H ? (y2t ? yt[j] + s * y2t[j] : yt[j]) : 0.0f;
+    hv[i] = j < H ? ht[j] : 0.0f;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < NPT; i++) {
+    if (tid + 256 * i >= H) continue;
+    v[i] = hv[i] + v[i];
+    ht[tid + 256 * i] = v[i];
+    ss += v[i] * v[i];
+  }
+  const float r = 1.0f / sqrtf(tk_block_sum(ss, sh) / (float)H + eps);
+#pragma unroll
+  for (int i = 0; i < NPT; i++)
+    if (tid + 256 * i < H) out[t * os + tid + 256 * i] = v[i] * r * (1.0f + wv[i]);
   RT_TL_END();
+}
+
+// k_t_addnorm's launch with the smallest NPT that covers H (H <= TK_HMAX: the load checks)
+static void t_addnorm(gpu_session *g, int T, const float *y, const float *y2, const float *s2, int64_t ys, float *h,
+                      int64_t H, int64_t HS, const float *w, float eps, float *out, int64_t os) {
+  const int64_t n = (H + 255) / 256;
+  auto k = n <= 1 ? k_t_addnorm<1> : n <= 2 ? k_t_addnorm<2> : n <= 4 ? k_t_addnorm<4> : n <= 8 ? k_t_addnorm<8>
+         : n <= 16 ? k_t_addnorm<16> : k_t_addnorm<32>;
+  go(g, true, k, dim3((unsigned)T), dim3(256), 0, y, y2, s2, ys, h, H, HS, w, eps, out, os);
 }
 
 struct tk_attn_args {
@@ -123,24 +156,35 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
   for (int g = 0; g < G; g++)
 #pragma unroll
     for (int e = 0; e < 8; e++) qr[g][e] = on ? qs[g][lane * 8 + e] : 0.0f;
-  for (int i = w; i < n; i += 8) {
-    float kx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (on) {
-      const uint4 u = *reinterpret_cast<const uint4 *>(kc + (lo + i) * KV + (int64_t)kv * D + lane * 8);
-      const uint32_t uu[4] = {u.x, u.y, u.z, u.w};
+  // the warp's rows w, w + 8, ...: TA_KR of them a step, their keys loaded before any is used (one memory
+  // round trip a step, not one a row)
+  for (int i0 = w; i0 < n; i0 += 8 * TA_KR) {
+    uint4 u[TA_KR];
+#pragma unroll
+    for (int r = 0; r < TA_KR; r++) {
+      const int i = i0 + 8 * r;
+      u[r] = on && i < n ? *reinterpret_cast<const uint4 *>(kc + (lo + i) * KV + (int64_t)kv * D + lane * 8)
+                         : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int r = 0; r < TA_KR; r++) {
+      const int i = i0 + 8 * r;
+      if (i >= n) break;
+      float kx[8];
+      const uint32_t uu[4] = {u[r].x, u[r].y, u[r].z, u[r].w};
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const float2 f = rt_bf16x2(uu[e]);
         kx[2 * e] = f.x, kx[2 * e + 1] = f.y;
       }
-    }
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-      float dot = 0.0f;
+      for (int g = 0; g < G; g++) {
+        float dot = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; e++) dot += qr[g][e] * kx[e];
-      dot = rt_warp_sum(dot);
-      if (lane == 0) sc[g][i] = dot * scale;
+        for (int e = 0; e < 8; e++) dot += qr[g][e] * kx[e];
+        dot = rt_warp_sum(dot);
+        if (lane == 0) sc[g][i] = dot * scale;
+      }
     }
   }
   __syncthreads();
@@ -160,12 +204,12 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
     for (int g = 0; g < G; g++) acc[g] = 0.0f;
     const uint16_t *vp = vc + lo * KV + (int64_t)kv * D + d;
     int i = 0;
-    for (; i + 4 <= n; i += 4) { // four rows' loads in flight before their sums
-      float v[4];
+    for (; i + TA_VR <= n; i += TA_VR) { // TA_VR rows' loads in flight before their sums
+      float v[TA_VR];
 #pragma unroll
-      for (int u = 0; u < 4; u++) v[u] = rt_f32(vp[(int64_t)(i + u) * KV]);
+      for (int u = 0; u < TA_VR; u++) v[u] = rt_f32(vp[(int64_t)(i + u) * KV]);
 #pragma unroll
-      for (int u = 0; u < 4; u++)
+      for (int u = 0; u < TA_VR; u++)
 #pragma unroll
         for (int g = 0; g < G; g++) acc[g] += sc[g][i + u] * v[u];
     }
@@ -217,7 +261,15 @@ __global__ void k_t_comb(tk_attn_args A) {
   const float *gate = A.qg + t * A.QGS + (int64_t)h * 2 * D + D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.0f;
-    for (int s = 0; s < ns; s++) acc += A.pacc[(o + s) * D + d] * f[s];
+    int s = 0;
+    for (; s + TA_VR <= ns; s += TA_VR) { // TA_VR splits' loads in flight before their sums (in order)
+      float p[TA_VR];
+#pragma unroll
+      for (int u = 0; u < TA_VR; u++) p[u] = A.pacc[(o + s + u) * D + d];
+#pragma unroll
+      for (int u = 0; u < TA_VR; u++) acc += p[u] * f[s + u];
+    }
+    for (; s < ns; s++) acc += A.pacc[(o + s) * D + d] * f[s];
     A.att[t * A.ATS + (int64_t)h * D + d] = acc / L * tk_sigm(gate[d]);
   }
   RT_TL_END();
@@ -261,6 +313,9 @@ struct tk_chan {
 // every token's whole head and resets cnt.
 __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   __shared__ float qs[256], ks[256], vs[32], red[16][32], red2[16][32], scal[4];
+  __shared__ float sb[MTPQ_TCUDA_MAX_T], sa[MTPQ_TCUDA_MAX_T], hc[2]; // each token's b and a inputs; A_log, dt_bias
+  __shared__ float gw[TK_DVMAX];                                      // the gated norm's weights
+  __shared__ int zs[TK_DVMAX];                                        // and where each column's z is
   __shared__ bool last;
   rt_trigger();
   RT_TL_START();
@@ -297,16 +352,27 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
     const int rr = rg * TK_RPT + i;
     S[i] = rr < dk && j < dv ? rec[cur * slot + hb + (int64_t)rr * dv + j] : 0.0f;
   }
-  // (the call block, the weights and the states of slot cur, which the forwards before wrote, are read
-  // above while the in_proj product finishes; its output only after the wait)
+  const int bsrc = A.b_src[h], asrc = A.a_src[h];
+  if (threadIdx.x == 0) hc[0] = A.A_log[h], hc[1] = A.dt_bias[h];
+  for (int c = threadIdx.x; c < dv; c += blockDim.x) gw[c] = A.gnorm[c], zs[c] = A.z_src[h * dv + c];
+  // (the call block, the weights, the tables and the states of slot cur, which the forwards before wrote, are
+  // read above while the in_proj product finishes; its output only after the wait)
   rt_wait();
+  // every token's b and a inputs at once (the delta rule's warp reads them from shared memory), and each
+  // channel's next input one token ahead: no token waits on a load it could have issued before
+  if (threadIdx.x < A.c.Tn)
+    sb[threadIdx.x] = A.proj[(t0 + threadIdx.x) * A.PS + bsrc], sa[threadIdx.x] = A.proj[(t0 + threadIdx.x) * A.PS + asrc];
+  float nx[2];
+#pragma unroll
+  for (int q = 0; q < 2; q++) nx[q] = ch[q].c >= 0 ? A.proj[t0 * A.PS + ch[q].src] : 0.0f;
   for (int t = t0; t < t0 + A.c.Tn; t++) { // (t: the call's token; its slot counts from t0)
     const float *p = A.proj + t * A.PS;
 #pragma unroll
     for (int q = 0; q < 2; q++) { // (1) the conv
       tk_chan &x = ch[q];
       if (x.c < 0) continue;
-      const float in = p[x.src];
+      const float in = nx[q];
+      if (t + 1 < t0 + A.c.Tn) nx[q] = p[A.PS + x.src];
       float acc = 0.0f;
 #pragma unroll
       for (int k = 0; k < 9; k++) acc += k < K1 ? x.w[k] * x.st[k] : k == K1 ? x.w[k] * in : 0.0f;
@@ -332,8 +398,8 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
       if (lane == 0) {
         scal[0] = 1.0f / sqrtf(sq + 1e-6f) / sqrtf((float)dk);
         scal[1] = 1.0f / sqrtf(sk + 1e-6f);
-        scal[2] = tk_sigm(p[A.b_src[h]]);
-        scal[3] = expf(-expf(A.A_log[h]) * tk_softplus(p[A.a_src[h]] + A.dt_bias[h]));
+        scal[2] = tk_sigm(sb[t - t0]);
+        scal[3] = expf(-expf(hc[0]) * tk_softplus(sa[t - t0] + hc[1]));
       }
     }
     __syncthreads();
@@ -385,63 +451,87 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   }
   __threadfence();
   for (int t = t0; t < t0 + A.c.Tn; t++) {
+    float g[TK_DVMAX / 32]; // the column blocks' sums, all loaded before they are added (in order)
+#pragma unroll
+    for (int b = 0; b < TK_DVMAX / 32; b++) g[b] = b < NCB ? __ldcg(A.gss + ((int64_t)t * A.HV + h) * NCB + b) : 0.0f;
     float ss = 0.0f;
-    for (int b = 0; b < NCB; b++) ss += __ldcg(A.gss + ((int64_t)t * A.HV + h) * NCB + b);
+#pragma unroll
+    for (int b = 0; b < TK_DVMAX / 32; b++)
+      if (b < NCB) ss += g[b];
     const float rn = 1.0f / sqrtf(ss / (float)dv + A.eps);
     const float *ot = A.o + t * A.VS + (int64_t)h * dv, *p = A.proj + t * A.PS;
     for (int c = threadIdx.x; c < dv; c += blockDim.x)
-      A.o2[t * A.VS + (int64_t)h * dv + c] = A.gnorm[c] * (__ldcg(ot + c) * rn) * tk_silu(p[A.z_src[h * dv + c]]);
+      A.o2[t * A.VS + (int64_t)h * dv + c] = gw[c] * (__ldcg(ot + c) * rn) * tk_silu(p[zs[c]]);
   }
   if (threadIdx.x == 0) *cnt = 0; // for the next forward
   RT_TL_END();
 }
 
-// grid T, one warp a token: softmax over the router's logits (lane l
-// holds experts l, l + 32, ... in registers), top-k by K rounds of a
-// warp-wide max of 64-bit keys (ties to the lower expert; each lane marks
-// its chosen experts in a bit mask; shuffles only, no barrier), the weights
-// (renormalised with norm_topk) into sel and wsel (RT_KST a token), and
-// wsel[K] = sigmoid(shared_expert_gate) (1 without one)
-__global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, int K, int norm, float *wsel, int *sel) {
-  rt_trigger();
-  RT_TL_START();
-  rt_wait();
-  const int t = blockIdx.x, lane = threadIdx.x;
-  const float *p = pr + t * prs;
+// One warp, one token: softmax over its router logits p (lane l holds
+// experts l, l + 32, ... in registers; read through L2, as another block of
+// the same launch may have written them), top-k by K rounds of a warp-wide
+// max of 64-bit keys (ties to the lower expert; each lane marks its chosen
+// experts in a bit mask; shuffles only, no barrier), the weights
+// (renormalised with norm) into sel and wsel (the token's RT_KST entries),
+// and wsel[K] = sigmoid(*sz) (1 without a shared_expert_gate). The register
+// loops stop at the last group of 32 experts (a warp-uniform break in the
+// unrolled loop keeps v's index static): with E = 512 a round visits 16
+// registers a lane, not TK_EMAX. A chosen logit comes back from its key's
+// upper half (rt_argmax_key's order-preserving bits, inverted), so the
+// rounds read no memory.
+__device__ __forceinline__ void tk_route_warp(const float *p, const float *sz, int E, int K, int norm, float *wsel,
+                                              int *sel) {
+  const int lane = threadIdx.x & 31;
   float v[TK_EMAX];
   float m = -INFINITY;
 #pragma unroll
   for (int j = 0; j < TK_EMAX; j++) {
-    v[j] = lane + 32 * j < E ? p[lane + 32 * j] : -INFINITY;
+    if (32 * j >= E) break;
+    v[j] = lane + 32 * j < E ? __ldcg(p + lane + 32 * j) : -INFINITY;
     m = fmaxf(m, v[j]);
   }
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   float s = 0.0f;
 #pragma unroll
-  for (int j = 0; j < TK_EMAX; j++) s += lane + 32 * j < E ? expf(v[j] - m) : 0.0f;
+  for (int j = 0; j < TK_EMAX; j++) {
+    if (32 * j >= E) break;
+    s += lane + 32 * j < E ? expf(v[j] - m) : 0.0f;
+  }
   s = rt_warp_sum(s);
   unsigned long long used = 0;
   int mine = 0;
-  float wsum = 0.0f;
+  float mv = 0.0f, wsum = 0.0f;
   for (int k = 0; k < K; k++) {
     unsigned long long best = 0;
 #pragma unroll
     for (int j = 0; j < TK_EMAX; j++) {
+      if (32 * j >= E) break;
       const unsigned long long key = rt_argmax_key(v[j], (uint32_t)(lane + 32 * j));
       if (lane + 32 * j < E && !(used >> j & 1) && key > best) best = key;
     }
     best = rt_warp_max_key(best);
     const int c = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
+    const uint32_t b = (uint32_t)(best >> 32);
+    const float pc = __uint_as_float(b & 0x80000000u ? b & 0x7FFFFFFFu : ~b);
     if ((c & 31) == lane) used |= 1ull << (c >> 5);
-    if (lane == k) mine = c;
-    wsum += expf(p[c] - m) / s;
+    if (lane == k) mine = c, mv = pc;
+    wsum += expf(pc - m) / s;
   }
   if (lane < K) {
-    const float wk = expf(p[mine] - m) / s;
-    sel[t * RT_KST + lane] = mine;
-    wsel[t * RT_KST + lane] = norm ? wk / wsum : wk;
+    const float wk = expf(mv - m) / s;
+    sel[lane] = mine;
+    wsel[lane] = norm ? wk / wsum : wk;
   }
-  if (lane == 0) wsel[t * RT_KST + K] = sz ? tk_sigm(sz[t]) : 1.0f;
+  if (lane == 0) wsel[K] = sz ? tk_sigm(__ldcg(sz)) : 1.0f;
+}
+
+// grid T, one warp a token: tk_route_warp over row t of the router's logits (the prefill's routing too)
+__global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, int K, int norm, float *wsel, int *sel) {
+  rt_trigger();
+  RT_TL_START();
+  rt_wait();
+  const int t = blockIdx.x;
+  tk_route_warp(pr + t * prs, sz ? sz + t : nullptr, E, K, norm, wsel + t * RT_KST, sel + t * RT_KST);
   RT_TL_END();
 }
 
@@ -496,8 +586,7 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
     }
     launch_mv(g, p.out[i]);
     mark(g, l.kind == 'A' ? "attn o_proj" : "gdn out_proj");
-    go(g, true, k_t_addnorm, dim3(T), dim3(256), 0, (const float *)m->y, (const float *)nullptr,
-       (const float *)nullptr, HS, m->h, H, HS, (const float *)l.post_norm, t->eps, m->a, HS);
+    t_addnorm(g, T, m->y, nullptr, nullptr, HS, m->h, H, HS, l.post_norm, t->eps, m->a, HS);
     mark(g, "residual + norm");
     const int64_t slots = (int64_t)T * m->S * m->IM;
     const unsigned sb = (unsigned)((slots + 255) / 256 < 1024 ? (slots + 255) / 256 : 1024);
@@ -519,9 +608,8 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
     // the separate shared expert (when it cannot be the down launch's last term) went to y2, weighted by wsel[K]
     const bool sep = l.router >= 0 && l.sg >= 0 && !l.shared_term;
     const bool last = i + 1 == t->L;
-    go(g, true, k_t_addnorm, dim3(T), dim3(256), 0, (const float *)m->y, (const float *)(sep ? m->y2 : nullptr),
-       (const float *)(g->x.wsel + m->K), HS, m->h, H, HS, (const float *)(last ? m->final_norm : m->L[i + 1].in_norm),
-       t->eps, last ? m->hid : m->a, HS);
+    t_addnorm(g, T, m->y, sep ? m->y2 : nullptr, g->x.wsel + m->K, HS, m->h, H, HS,
+              last ? m->final_norm : m->L[i + 1].in_norm, t->eps, last ? m->hid : m->a, HS);
     mark(g, "residual + norm");
   }
   if (head == 1) launch_mv(g, p.head);

@@ -49,6 +49,8 @@ extern "C" {
 #define TA_C 256
 #define TA_SPLITS 128
 #define TA_NSMAX 4096 // splits a sequence may need (max_pos <= TA_NSMAX x TA_C)
+#define TA_KR 4 // k_t_attn: key rows a warp loads before their scores (rows i, i + 8, ..., i + 8 (TA_KR - 1))
+#define TA_VR 16 // k_t_attn: value rows, k_t_comb: splits, whose loads are in flight before their sums
 __host__ __device__ inline int64_t ta_run(int64_t n) {
   const int64_t c = ((n + TA_SPLITS - 1) / TA_SPLITS + 63) / 64 * 64;
   return c < 64 ? 64 : c > TA_C ? TA_C : c;
@@ -95,6 +97,8 @@ __device__ __forceinline__ void tk_zcnorm(const float *x, const float *w, int n,
 }
 
 #define TK_EMAX 64 // experts a lane of the routing warp holds (E <= 32 TK_EMAX)
+#define TK_HMAX 8192 // hidden size (k_t_addnorm's registers: 32 values a thread)
+#define TK_DVMAX 256 // GDN value head dim (k_t_gdn's shared tables)
 
 // a sequence's part of a call, on the device (tgpu::calls, copied in before each graph launch)
 struct tcall {

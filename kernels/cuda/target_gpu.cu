@@ -153,16 +153,21 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
   int n = 0, dev = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return mtpq_err_set(err, MTPQ_E_NO_GPU, "no CUDA device");
   const bool gdn = strchr(t->cfg.layer_types, 'L') != nullptr;
-  if (gdn && (t->Kc > 9 || t->dk > 128 || t->HV % t->HK)) // (dk: the prefill's chunked recurrence, k_gdnc.cu)
+  // (dk: the prefill's chunked recurrence, k_gdnc.cu; dv: k_t_gdn's shared tables)
+  if (gdn && (t->Kc > 9 || t->dk > 128 || t->dv > TK_DVMAX || t->HV % t->HK))
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
-                        "%s: conv kernel %lld, key head dim %lld: the CUDA backend takes up to 9 and 128", dir,
-                        (long long)t->Kc, (long long)t->dk);
+                        "%s: conv kernel %lld, key and value head dims %lld and %lld: the CUDA backend takes up to 9, "
+                        "128 and %d",
+                        dir, (long long)t->Kc, (long long)t->dk, (long long)t->dv, TK_DVMAX);
   const int64_t G = t->Nq / t->Nkv;
   if (t->D > 256 || t->D % 8 || (G != 1 && G != 2 && G != 4 && G != 8 && G != 16))
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
                         "%s: head_dim %lld, %lld query heads per KV head: the CUDA backend takes head_dim <= 256 (a "
                         "multiple of 8) and 1, 2, 4, 8 or 16 query heads per KV head",
                         dir, (long long)t->D, (long long)G);
+  if (t->H > TK_HMAX)
+    return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%s: hidden size %lld: the CUDA backend takes up to %d", dir,
+                        (long long)t->H, TK_HMAX);
   m->t = t;
   g->set.pdl = g->set.tune.pdl, g->set.glu = g->set.tune.glu, g->set.lt_min = 0, g->set.fast = 1;
   cudaGetDevice(&dev);
@@ -386,6 +391,9 @@ static enum mtpq_status build(tgpu *m, int T, struct mtpq_err *err) {
     }
     if (!st) st = put_tasks(g, gu, &p.gu[i], err);
     if (!st) st = put_tasks(g, dn, &p.down[i], err);
+    // MoE: the gate/up launch lets the down launch start only once the routing is done, so the down reads the
+    // choice and requests its first routed weights before it waits for the gate/up (k_mv's flags, ledger 9)
+    if (l.router >= 0) p.gu[i].fl = RT_MV_LATE_TRIGGER, p.down[i].fl = RT_MV_SEL_EARLY;
   }
   mv_task hd = dense_task(m->head, m->hid, HS, nullptr, t->V, T);
   hd.best = g->x.best;
