@@ -304,6 +304,11 @@ void ops_norm(gpu_session *g, int n);
 void ops_add_norm(gpu_session *g, int n);
 void ops_swiglu(gpu_session *g, int n, int slot0, int nslot, int blocks);
 void ops_route(gpu_session *g, int n);
+// softmax + top-K of n rows of E router logits (row t at logits + t E) into sel and wsel (RT_KST a row; wsel[K]:
+// sigmoid(z[t]), 1 without z): k_route, the drafter's routing, which the target's forward and prefill take too
+// (E <= 32 RT_RPT x 8 warps: the load checks)
+void ops_route_rows(gpu_session *g, bool pdl, int n, const float *logits, const float *z, int E, int K, int norm,
+                    int *sel, float *wsel);
 void ops_final(gpu_session *g, int n, bool pdl, __nv_bfloat16 *pieces);
 void ops_next(gpu_session *g, int n);
 // sweep.cu

@@ -13,6 +13,7 @@
 
 #define RT_NMAX 8   // tokens per launch
 #define RT_TMAX 17  // terms per task: up to 16 routed experts + the shared expert
+#define RT_EMAX 4096 // experts k_route takes (RT_RPT logits a thread, at most 8 warps)
 #define RT_KST 64   // stride of the per-token routing arrays
 #define RT_MV_LATE_TRIGGER 1 // k_mv's flags (see k_mv)
 #define RT_MV_SEL_EARLY 2

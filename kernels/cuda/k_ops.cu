@@ -157,6 +157,7 @@ template <int NX> __global__ void __launch_bounds__(256, RT_NORM_MINB(NX))
 }
 
 #define RT_RPT 16 // router logits per thread in k_route (E <= RT_RPT * 256)
+static_assert(RT_EMAX <= RT_RPT * 256, "k_route: RT_EMAX experts in at most 8 warps");
 
 // a[] sorted largest first in place (bitonic network: N a power of two,
 // every index fixed at compile time so that a stays in registers)
@@ -383,11 +384,16 @@ void ops_swiglu(gpu_session *g, int n, int slot0, int nslot, int blocks) {
      slot0, nslot, g->K + 1, (int)g->IM, g->IM);
 }
 
+void ops_route_rows(gpu_session *g, bool pdl, int n, const float *logits, const float *z, int E, int K, int norm,
+                    int *sel, float *wsel) {
+  go(g, pdl, k_route, dim3(1, n), dim3(32 * (unsigned)((E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0, logits, z, E, K,
+     norm, z != nullptr ? 1 : 0, sel, wsel);
+}
+
 void ops_route(gpu_session *g, int n) {
   const struct mtpq_rt_model *d = g->d;
-  go(g, true, k_route, dim3(1, n), dim3(32 * (unsigned)((d->E + 32 * RT_RPT - 1) / (32 * RT_RPT))), 0,
-     (const float *)g->x.pr, (const float *)g->x.z, (int)d->E, g->K, d->norm_topk, d->seg.w != nullptr ? 1 : 0, g->x.sel,
-     g->x.wsel);
+  ops_route_rows(g, true, n, g->x.pr, d->seg.w != nullptr ? g->x.z : nullptr, (int)d->E, g->K, d->norm_topk, g->x.sel,
+                 g->x.wsel);
 }
 
 // pieces: the cuBLASLt head's x (its three BF16 pieces), or NULL

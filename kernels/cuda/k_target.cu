@@ -467,74 +467,6 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   RT_TL_END();
 }
 
-// One warp, one token: softmax over its router logits p (lane l holds
-// experts l, l + 32, ... in registers; read through L2, as another block of
-// the same launch may have written them), top-k by K rounds of a warp-wide
-// max of 64-bit keys (ties to the lower expert; each lane marks its chosen
-// experts in a bit mask; shuffles only, no barrier), the weights
-// (renormalised with norm) into sel and wsel (the token's RT_KST entries),
-// and wsel[K] = sigmoid(*sz) (1 without a shared_expert_gate). The register
-// loops stop at the last group of 32 experts (a warp-uniform break in the
-// unrolled loop keeps v's index static): with E = 512 a round visits 16
-// registers a lane, not TK_EMAX. A chosen logit comes back from its key's
-// upper half (rt_argmax_key's order-preserving bits, inverted), so the
-// rounds read no memory.
-__device__ __forceinline__ void tk_route_warp(const float *p, const float *sz, int E, int K, int norm, float *wsel,
-                                              int *sel) {
-  const int lane = threadIdx.x & 31;
-  float v[TK_EMAX];
-  float m = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < TK_EMAX; j++) {
-    if (32 * j >= E) break;
-    v[j] = lane + 32 * j < E ? __ldcg(p + lane + 32 * j) : -INFINITY;
-    m = fmaxf(m, v[j]);
-  }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < TK_EMAX; j++) {
-    if (32 * j >= E) break;
-    s += lane + 32 * j < E ? expf(v[j] - m) : 0.0f;
-  }
-  s = rt_warp_sum(s);
-  unsigned long long used = 0;
-  int mine = 0;
-  float mv = 0.0f, wsum = 0.0f;
-  for (int k = 0; k < K; k++) {
-    unsigned long long best = 0;
-#pragma unroll
-    for (int j = 0; j < TK_EMAX; j++) {
-      if (32 * j >= E) break;
-      const unsigned long long key = rt_argmax_key(v[j], (uint32_t)(lane + 32 * j));
-      if (lane + 32 * j < E && !(used >> j & 1) && key > best) best = key;
-    }
-    best = rt_warp_max_key(best);
-    const int c = (int)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFu));
-    const uint32_t b = (uint32_t)(best >> 32);
-    const float pc = __uint_as_float(b & 0x80000000u ? b & 0x7FFFFFFFu : ~b);
-    if ((c & 31) == lane) used |= 1ull << (c >> 5);
-    if (lane == k) mine = c, mv = pc;
-    wsum += expf(pc - m) / s;
-  }
-  if (lane < K) {
-    const float wk = expf(mv - m) / s;
-    sel[lane] = mine;
-    wsel[lane] = norm ? wk / wsum : wk;
-  }
-  if (lane == 0) wsel[K] = sz ? tk_sigm(__ldcg(sz)) : 1.0f;
-}
-
-// grid T, one warp a token: tk_route_warp over row t of the router's logits (the prefill's routing too)
-__global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, int K, int norm, float *wsel, int *sel) {
-  rt_trigger();
-  RT_TL_START();
-  rt_wait();
-  const int t = blockIdx.x;
-  tk_route_warp(pr + t * prs, sz ? sz + t : nullptr, E, K, norm, wsel + t * RT_KST, sel + t * RT_KST);
-  RT_TL_END();
-}
-
 __global__ void k_t_swiglu(const float *g, const float *u, float *a, int64_t n) {
   rt_trigger();
   RT_TL_START();
@@ -593,8 +525,8 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
     if (l.router >= 0) {
       launch_mv(g, p.rs[i]);
       mark(g, "router");
-      go(g, true, k_t_route, dim3(T), dim3(32), 0, (const float *)m->pr, m->E, (const float *)(l.seg >= 0 ? m->sz : nullptr),
-         (int)m->E, (int)m->K, t->layers[i].mlp.norm_topk, g->x.wsel, g->x.sel);
+      ops_route_rows(g, true, T, m->pr, l.seg >= 0 ? m->sz : nullptr, (int)m->E, (int)m->K, t->layers[i].mlp.norm_topk,
+                     g->x.sel, g->x.wsel);
       mark(g, "softmax + top-k");
     }
     launch_mv(g, p.gu[i]);

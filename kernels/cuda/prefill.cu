@@ -302,8 +302,8 @@ extern "C" enum mtpq_status mtpq__tcuda_prefill(void *ps, int n, const int32_t *
     st = dense(m, l.router, p->xa, HS, n, p->pr, w.E, false, err);
     if (!st && l.seg >= 0) st = dense(m, l.seg, p->xa, HS, n, p->sz, 1, false, err);
     if (st) break;
-    go(g, false, k_t_route, dim3((unsigned)n), dim3(32), 0, (const float *)p->pr, (int64_t)w.E,
-       (const float *)(l.seg >= 0 ? p->sz : nullptr), (int)w.E, (int)w.topk, w.norm_topk, p->wsel, p->sel);
+    ops_route_rows(g, false, n, p->pr, l.seg >= 0 ? p->sz : nullptr, (int)w.E, (int)w.topk, w.norm_topk, p->sel,
+                   p->wsel);
     st = experts(m, i, n, err);
     if (!st && l.sg >= 0) st = mlp(m, l.sg, l.su, l.sd, l.glu, p->xa, n, p->ysh, HS, err);
     if (!st)

@@ -128,7 +128,7 @@ extern "C" enum mtpq_status mtpq__cuda_session_open(const struct mtpq_rt_model *
   if (d->Nq % d->Nkv || d->Nq / d->Nkv > 16)
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "%lld query heads over %lld KV heads: the CUDA backend takes up to 16 "
                         "query heads per KV head", (long long)d->Nq, (long long)d->Nkv);
-  if (d->moe && (d->topk > RT_TMAX - 1 || d->E > 4096))
+  if (d->moe && (d->topk > RT_TMAX - 1 || d->E > RT_EMAX))
     return mtpq_err_set(err, MTPQ_E_UNSUPPORTED, "top-%lld of %lld experts: the CUDA backend takes top-k <= %d",
                         (long long)d->topk, (long long)d->E, RT_TMAX - 1);
   if (rt_attn_smem((int)(d->Nq / d->Nkv), (int)d->D, 0) * 4 > 200 * 1024 || d->D > 512) /* attention's shared memory */

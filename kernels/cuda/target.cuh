@@ -19,7 +19,7 @@
 //       k_t_comb    the splits merged, x sigmoid(gate)
 //       o           launch_mv: o_proj
 //     k_t_addnorm   residual + post-attention norm
-//     MoE: router (+ shared_expert_gate) launch_mv, k_t_route (softmax, top-k, weights),
+//     MoE: router (+ shared_expert_gate) launch_mv, k_route (the drafter's: softmax, top-k, weights),
 //          gate/up of each (token, expert) + the shared expert's launch_mv (row pairs, SwiGLU in the
 //          product; separate matrices + k_t_swiglu with MTPQ_CUDA_TUNE=glu=0 or unmatched shapes),
 //          down launch_mv (routed experts and the shared expert summed with their weights)
@@ -96,7 +96,6 @@ __device__ __forceinline__ void tk_zcnorm(const float *x, const float *w, int n,
   for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * r * (1.0f + w[i]);
 }
 
-#define TK_EMAX 64 // experts a lane of the routing warp holds (E <= 32 TK_EMAX)
 #define TK_HMAX 8192 // hidden size (k_t_addnorm's registers: 32 values a thread)
 #define TK_DVMAX 256 // GDN value head dim (k_t_gdn's shared tables)
 
@@ -175,9 +174,6 @@ struct tseq {
   double last_us = -1;
   std::vector<void *> allocs;
 };
-
-// k_target.cu: softmax over the router's logits, top-k, the weights (the prefill routes with it too)
-__global__ void k_t_route(const float *pr, int64_t prs, const float *sz, int E, int K, int norm, float *wsel, int *sel);
 
 // k_target.cu: one forward's kernels in order, on m->ctx's stream: Tn tokens of each of the n sequences whose
 // blocks are in m->calls

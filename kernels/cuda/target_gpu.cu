@@ -195,10 +195,10 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
                             "backend takes one top-k", dir, (long long)K, (long long)l->mlp.topk);
       E = l->mlp.E > E ? l->mlp.E : E, K = l->mlp.topk;
       IM = l->mlp.eg[0].rows > IM ? l->mlp.eg[0].rows : IM;
-      if (l->mlp.topk > RT_TMAX - 1 || l->mlp.E > 32 * TK_EMAX)
+      if (l->mlp.topk > RT_TMAX - 1 || l->mlp.E > RT_EMAX)
         return mtpq_err_set(err, MTPQ_E_UNSUPPORTED,
                             "%s: top-%lld of %lld experts: the CUDA backend takes top-k <= %d of up to %d", dir,
-                            (long long)l->mlp.topk, (long long)l->mlp.E, RT_TMAX - 1, 32 * TK_EMAX);
+                            (long long)l->mlp.topk, (long long)l->mlp.E, RT_TMAX - 1, RT_EMAX);
     }
     if (l->mlp.sg.w) IM = l->mlp.sg.rows > IM ? l->mlp.sg.rows : IM;
   }
