@@ -240,37 +240,51 @@ static void attn_run(gpu_session *g, const tk_attn_args &aa, int T, int NS) {
   }
 }
 
-// grid (Nq, T): the splits of query head h, token t, merged (each split's
-// factor exp(m_s - M) computed once into shared memory); x sigmoid(gate)
-__global__ void k_t_comb(tk_attn_args A) {
+// grid (Nq, T), block 256, a thread a column d (D <= 256: the load checks): the splits of query head h, token t,
+// merged (each split's factor exp(m_s - M) computed once into shared memory); x sigmoid(gate). Every load that
+// waits on nothing is issued before the two reductions: the thread's split statistics (split tid; later splits
+// in the reductions' loops), its column's gate and its column of the first TC_R splits' outputs, so the block
+// waits on one memory round trip before its reductions instead of one a step after them. The sums run over the
+// splits in order.
+__global__ void __launch_bounds__(256) k_t_comb(tk_attn_args A) {
   __shared__ float sh[32];
   __shared__ float f[TA_NSMAX];
   rt_trigger();
   RT_TL_START();
-  const int h = blockIdx.x, t = blockIdx.y, D = A.D;
+  const int h = blockIdx.x, t = blockIdx.y, D = A.D, tid = threadIdx.x, nt = blockDim.x;
   const tcall &cl = A.c.c[t / A.c.Tn];
   const int n1 = (int)((cl.pos0 + t % A.c.Tn) / ta_run(cl.pos0 + A.c.Tn)) + 1, ns = n1 < A.NS ? n1 : A.NS;
   rt_wait();
   const int64_t o = ((int64_t)(t * A.Nq + h)) * A.NS;
-  float M = -INFINITY;
-  for (int s = threadIdx.x; s < ns; s += blockDim.x) M = fmaxf(M, A.pm[o + s]);
+  const bool on = tid < D;
+  const float *pa = A.pacc + o * D + tid;
+  float p[TC_R];
+#pragma unroll
+  for (int u = 0; u < TC_R; u++) p[u] = on && u < ns ? pa[(int64_t)u * D] : 0.0f;
+  const float gate = on ? A.qg[t * A.QGS + (int64_t)h * 2 * D + D + tid] : 0.0f;
+  const float m0 = tid < ns ? A.pm[o + tid] : -INFINITY, l0 = tid < ns ? A.pl[o + tid] : 0.0f;
+  float M = m0;
+  for (int s = tid + nt; s < ns; s += nt) M = fmaxf(M, A.pm[o + s]);
   M = tk_block_max(M, sh);
   float L = 0.0f;
-  for (int s = threadIdx.x; s < ns; s += blockDim.x) f[s] = expf(A.pm[o + s] - M), L += A.pl[o + s] * f[s];
+  if (tid < ns) f[tid] = expf(m0 - M), L = l0 * f[tid];
+  for (int s = tid + nt; s < ns; s += nt) f[s] = expf(A.pm[o + s] - M), L += A.pl[o + s] * f[s];
   L = tk_block_sum(L, sh); // (its barriers publish f)
-  const float *gate = A.qg + t * A.QGS + (int64_t)h * 2 * D + D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+  if (on) {
     float acc = 0.0f;
-    int s = 0;
+#pragma unroll
+    for (int u = 0; u < TC_R; u++)
+      if (u < ns) acc += p[u] * f[u];
+    int s = TC_R;
     for (; s + TA_VR <= ns; s += TA_VR) { // TA_VR splits' loads in flight before their sums (in order)
-      float p[TA_VR];
+      float q[TA_VR];
 #pragma unroll
-      for (int u = 0; u < TA_VR; u++) p[u] = A.pacc[(o + s + u) * D + d];
+      for (int u = 0; u < TA_VR; u++) q[u] = pa[(int64_t)(s + u) * D];
 #pragma unroll
-      for (int u = 0; u < TA_VR; u++) acc += p[u] * f[s + u];
+      for (int u = 0; u < TA_VR; u++) acc += q[u] * f[s + u];
     }
-    for (; s < ns; s++) acc += A.pacc[(o + s) * D + d] * f[s];
-    A.att[t * A.ATS + (int64_t)h * D + d] = acc / L * tk_sigm(gate[d]);
+    for (; s < ns; s++) acc += pa[(int64_t)s * D] * f[s];
+    A.att[t * A.ATS + (int64_t)h * D + tid] = acc / L * tk_sigm(gate);
   }
   RT_TL_END();
 }
@@ -507,7 +521,7 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
       mark(g, "attn k norm+rope, cache");
       attn_run(g, aa, T, (int)m->NSMAX);
       mark(g, "attn splits");
-      go(g, true, k_t_comb, dim3((unsigned)t->Nq, T), dim3(128), 0, aa);
+      go(g, true, k_t_comb, dim3((unsigned)t->Nq, T), dim3(256), 0, aa);
       mark(g, "attn combine + gate");
     } else {
       ga.conv_w = l.conv_w, ga.A_log = l.A_log, ga.dt_bias = l.dt_bias, ga.gnorm = l.gnorm;

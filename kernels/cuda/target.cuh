@@ -51,6 +51,7 @@ extern "C" {
 #define TA_NSMAX 4096 // splits a sequence may need (max_pos <= TA_NSMAX x TA_C)
 #define TA_KR 4 // k_t_attn: key rows a warp loads before their scores (rows i, i + 8, ..., i + 8 (TA_KR - 1))
 #define TA_VR 16 // k_t_attn: value rows, k_t_comb: splits, whose loads are in flight before their sums
+#define TC_R 64 // k_t_comb: the first splits, whose loads are issued before its reductions
 __host__ __device__ inline int64_t ta_run(int64_t n) {
   const int64_t c = ((n + TA_SPLITS - 1) / TA_SPLITS + 63) / 64 * 64;
   return c < 64 ? 64 : c > TA_C ? TA_C : c;
