@@ -112,7 +112,9 @@ static void *head_worker(void *p) {
   return NULL;
 }
 
-int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits) {
+/* best (NULL: not wanted): the chosen row's logit; NaN where the row's logit is NaN (a NaN is never above
+ * another logit, so the first row of each thread's share holds it when all are NaN) */
+int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits, float *best_out) {
   enum { NT = 2 };
   struct head_job jobs[NT];
   pthread_t tid[NT];
@@ -129,6 +131,7 @@ int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits) {
     if (started[t]) pthread_join(tid[t], NULL);
     if (jobs[t].best > best) best = jobs[t].best, arg = jobs[t].arg; /* ties keep the lower row */
   }
+  if (best_out) *best_out = best;
   return arg;
 }
 

@@ -20,7 +20,7 @@ float rt_sigm(float x);
 float rt_silu(float x);
 void rt_rope(float *x, int64_t rot, int64_t pos, float theta);
 /* argmax over L's rows of L x (ties to the lower row); logits: all of them, or NULL */
-int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits);
+int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits, float *best);
 
 /* Gated full attention (mtp-architecture.md 2.3): q|gate interleaved per
  * head from q, (1 + w) q/k norms, partial NeoX RoPE, K and V written to the

@@ -143,11 +143,11 @@ static void head(struct mtpq_session *s, const float *hidden, int32_t *out_token
     return;
   }
   if (!d->reduced) {
-    *out_token = (int32_t)rt_head_argmax(&d->head, hidden, out_logits);
+    *out_token = (int32_t)rt_head_argmax(&d->head, hidden, out_logits, NULL);
     return;
   }
   float *small = out_logits ? malloc((size_t)d->head.rows * 4) : NULL;
-  int64_t r = rt_head_argmax(&d->head, hidden, small);
+  int64_t r = rt_head_argmax(&d->head, hidden, small, NULL);
   if (out_logits) {
     for (int64_t v = 0; v < d->full_vocab; v++) out_logits[v] = -INFINITY;
     for (int64_t k = 0; small && k < d->head.rows; k++) out_logits[d->ids[k]] = small[k];

@@ -515,7 +515,9 @@ static enum mtpq_status forward_one(struct mtpq_target_seq *s, int32_t token, in
   rt_zcnorm(h, t->final_norm, H, t->eps, a);
   if (hidden) memcpy(hidden, a, (size_t)H * 4);
   if (logits || argmax) {
-    const int64_t r = rt_head_argmax(&t->head, a, logits);
+    float best;
+    const int64_t r = rt_head_argmax(&t->head, a, logits, &best);
+    if (!isfinite(best)) return mtpq__target_nonfinite(t, pos, best, err);
     if (argmax) *argmax = (int32_t)r;
   }
   return MTPQ_OK;

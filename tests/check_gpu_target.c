@@ -36,6 +36,7 @@
 #include "kernels/decode.h"
 #include "kernels/runtime.h"
 #include "kernels/target.h"
+#include "kernels/target_model.h"
 #include "kernels/traces.h"
 #include "quant/gpu_quant.h"
 #include "testutil.h"
@@ -403,6 +404,30 @@ END_TEST
  * CUDA backend's own plain greedy output (greedy speculation is lossless on
  * one backend; against the CPU a near-tie may round the other way), and
  * the acceptance of the four decoded alone. */
+/* NaN or inf in the weights reaching the logits: the CUDA step and verify fail as the CPU's do (MTPQ_E_BAD_VALUE,
+ * the target and position named, no token); the weights go up at the first CUDA sequence, after the poke */
+START_TEST(test_nonfinite_logits) {
+  struct mtpq_err err = {0};
+  for (int k = 0; k < 2; k++) {
+    struct mtpq_target *t = NULL;
+    ck_assert_msg(mtpq_target_synth(small_nvidia, MTPQ_SYNTH_NVIDIA, 7, &t, &err) == MTPQ_OK, "%s", err.msg);
+    t->final_norm[5] = k ? INFINITY : NAN;
+    struct mtpq_target_seq *s = NULL;
+    ck_assert_msg(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, 16, 4, &s, &err) == MTPQ_OK, "%s", err.msg);
+    int32_t tok[4] = {-7, -7, -7, -7};
+    const int32_t in[4] = {3, 4, 5, 6};
+    ck_assert_int_eq(k ? mtpq_target_verify(s, 4, in, NULL, tok, &err) : mtpq_target_step(s, 3, NULL, NULL, tok, &err),
+                     MTPQ_E_BAD_VALUE);
+    ck_assert_int_eq(tok[0], -7);
+    ck_assert_msg(strstr(err.msg, "synthetic target: position 0: the largest logit is ") &&
+                      strstr(err.msg, "NaN or inf in the target's weights"),
+                  "%s", err.msg);
+    mtpq_target_seq_close(s);
+    mtpq_target_close(t);
+  }
+}
+END_TEST
+
 START_TEST(test_batch_lossless) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
@@ -463,6 +488,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_prefill_gemm, 0, n);
   tcase_add_test(tc, test_batch_lossless);
   tcase_add_test(tc, test_prefill_gemm_separate);
+  tcase_add_test(tc, test_nonfinite_logits);
   suite_add_tcase(s, tc);
   return tu_run_suite(s, 1);
 }

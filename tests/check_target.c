@@ -462,6 +462,31 @@ START_TEST(test_synthetic) {
 }
 END_TEST
 
+/* NaN or inf in a target's weights that reach its logits: the step fails with MTPQ_E_BAD_VALUE, the target and
+ * the position named, and no token (a token chosen from NaN logits would be row 0, silently) */
+START_TEST(test_nonfinite_logits) {
+  struct mtpq_err err = {0};
+  for (int k = 0; k < 2; k++) {
+    struct mtpq_target *t = NULL;
+    ck_assert_msg(mtpq_target_synth(small_cfg, MTPQ_SYNTH_BF16, 5, &t, &err) == MTPQ_OK, "%s", err.msg);
+    struct mtpq_target_seq *s = NULL;
+    ck_assert_int_eq(mtpq_target_seq_open(t, MTPQ_BACKEND_CPU, 8, 1, &s, &err), MTPQ_OK);
+    int32_t tok = -7;
+    ck_assert_msg(mtpq_target_step(s, 3, NULL, NULL, &tok, &err) == MTPQ_OK, "%s", err.msg);
+    ck_assert(tok >= 0);
+    t->final_norm[5] = k ? INFINITY : NAN; /* (1 + w) x: the norm's output, then every logit */
+    tok = -7;
+    ck_assert_int_eq(mtpq_target_step(s, 4, NULL, NULL, &tok, &err), MTPQ_E_BAD_VALUE);
+    ck_assert_int_eq(tok, -7);
+    ck_assert_msg(strstr(err.msg, "synthetic target: position 1: the largest logit is ") &&
+                      strstr(err.msg, "NaN or inf in the target's weights"),
+                  "%s", err.msg);
+    mtpq_target_seq_close(s);
+    mtpq_target_close(t);
+  }
+}
+END_TEST
+
 /* mtpq_target_seq_route_margin: 1 at every position of a dense target; on a
  * MoE target in [0, 1] at the positions run, neither all 1 nor all 0,
  * -1 past them; exactly 0 at every position once every router row is zero (all
@@ -898,6 +923,7 @@ int main(void) {
   tcase_add_test(tc, test_greedy_batch);
   tcase_add_test(tc, test_sample_batch);
   tcase_add_test(tc, test_synthetic);
+  tcase_add_test(tc, test_nonfinite_logits);
   tcase_add_test(tc, test_route_margin);
   tcase_add_test(tc, test_fp16_experts);
   tcase_add_test(tc, test_kv_bf16);
