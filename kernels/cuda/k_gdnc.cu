@@ -258,6 +258,18 @@ template <int DKP> struct tg_share {
   static constexpr int R = DKP / 32, MT = R >= 2 ? R / 2 : 1, NT = R >= 2 ? 4 : 2;
   static constexpr int SQ = DKP + 16;
   static constexpr int P1 = 2 * 16 * SQ + 16 * TG_SU, P2 = 16 * TG_SA + MT * 16 * TG_SA; // a warp's buffers
+  // f(row, column, element) for every accumulator element of the share (the warp's first m-tile m0 and
+  // n-tile n0, the lane's g and q, the block's first state column j0)
+  template <typename F>
+  static __device__ __forceinline__ void each(float (&S)[MT][NT][4], int m0, int n0, int j0, int g, int q, F f) {
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+      for (int ni = 0; ni < NT; ni++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+          f((m0 + mi) * 16 + g + (r >> 1) * 8, j0 + (n0 + ni) * 8 + 2 * q + (r & 1), S[mi][ni][r]);
+  }
 };
 
 template <int DKP> static size_t tg_scan_smem() {
@@ -283,15 +295,9 @@ template <int DKP> __global__ void __launch_bounds__(128) k_p_gdnc_scan(tp_gdn_a
   const int m0 = Z::R >= 2 ? w * MT : w >> 1, n0 = Z::R >= 2 ? 0 : 2 * (w & 1);
   const int64_t hb = (int64_t)h * dk * dv;
   float S[MT][NT][4];
-#pragma unroll
-  for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NT; ni++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const int row = (m0 + mi) * 16 + g + (r >> 1) * 8, col = j0 + (n0 + ni) * 8 + 2 * q + (r & 1);
-        S[mi][ni][r] = row < dk && col < dv ? A.rec_old[hb + (int64_t)row * dv + col] : 0.0f;
-      }
+  Z::each(S, m0, n0, j0, g, q, [&](int row, int col, float &s) {
+    s = row < dk && col < dv ? A.rec_old[hb + (int64_t)row * dv + col] : 0.0f;
+  });
   auto load1 = [&](int c) { // chunk c's W, e^g Q and U rows of this warp
     const int64_t r0 = ((int64_t)h * nch + c) * TG_C + 16 * w;
     const float *W = A.cw + r0 * DKP, *Q = A.cq + r0 * DKP, *U = A.cu + r0 * DVP + j0;
@@ -396,15 +402,9 @@ template <int DKP> __global__ void __launch_bounds__(128) k_p_gdnc_scan(tp_gdn_a
       }
   }
   rt_cp_wait();
-#pragma unroll
-  for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NT; ni++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const int row = (m0 + mi) * 16 + g + (r >> 1) * 8, col = j0 + (n0 + ni) * 8 + 2 * q + (r & 1);
-        if (row < dk && col < dv) A.rec_new[hb + (int64_t)row * dv + col] = S[mi][ni][r];
-      }
+  Z::each(S, m0, n0, j0, g, q, [&](int row, int col, float &s) {
+    if (row < dk && col < dv) A.rec_new[hb + (int64_t)row * dv + col] = s;
+  });
 }
 
 template <int DKP> static void tg_run(cudaStream_t st, const tp_gdn_args &A, int n) {
