@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+extern "C" {
+#include "quant/numerics.h"
+}
 #include "kernels/cuda/timeline.cuh"
 
 
@@ -118,6 +121,12 @@ __device__ __forceinline__ unsigned long long rt_argmax_key(float v, uint32_t ro
   uint32_t b = __float_as_uint(v);
   b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
   return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
+}
+
+// the logit a key was made from (rt_argmax_key's upper half, undone): a NaN's key is above +inf's
+__host__ __device__ __forceinline__ float rt_argmax_key_value(unsigned long long k) {
+  const uint32_t b = (uint32_t)(k >> 32);
+  return mtpq_f32_from_bits(b & 0x80000000u ? b & 0x7FFFFFFFu : ~b);
 }
 
 // the E2M1 code c (sign, 2 exponent bits, 1 mantissa bit) as float, built from its bits (a table indexed at

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 static size_t al256(size_t n) { return (n + 255) / 256 * 256; }
 static int64_t al16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -579,10 +578,7 @@ extern "C" enum mtpq_status mtpq__tcuda_forward_many(void *const *ps, int n, int
   for (int b = 0; hm >= 1 && argmax && b < n; b++)
     for (int i = 0; argmax[b] && i < Tn; i++) {
       const unsigned long long k = best[(size_t)(b * Tn + i)];
-      // the key's upper half is the logit's bits made order-preserving (rt_argmax_key): a NaN's is above +inf's
-      const uint32_t hi = (uint32_t)(k >> 32), bits = hi & 0x80000000u ? hi & 0x7FFFFFFFu : ~hi;
-      float v;
-      memcpy(&v, &bits, 4);
+      const float v = rt_argmax_key_value(k);
       if (!std::isfinite(v)) return mtpq__target_nonfinite(t, pos0[b] + i, v, err);
       argmax[b][i] = (int32_t)(0xFFFFFFFFu - (uint32_t)(k & 0xFFFFFFFFu));
     }
