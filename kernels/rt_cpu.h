@@ -19,7 +19,8 @@ void rt_zcnorm(const float *x, const float *w, int64_t n, float eps, float *y);
 float rt_sigm(float x);
 float rt_silu(float x);
 void rt_rope(float *x, int64_t rot, int64_t pos, float theta);
-/* argmax over L's rows of L x (ties to the lower row); logits: all of them, or NULL */
+/* argmax over L's rows of L x (ties to the lower row); logits: all of them, or NULL; best: the chosen row's
+ * logit (NaN if a NaN was met first in a thread's share of the rows), or NULL */
 int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits, float *best);
 
 /* Gated full attention (mtp-architecture.md 2.3): q|gate interleaved per
