@@ -6,6 +6,8 @@
 // state. Every kernel lets the next one launch at once (rt_trigger) and
 // waits for its predecessor (rt_wait) before it reads activations or
 // writes anything.
+#include <cooperative_groups.h>
+
 #include "kernels/cuda/target.cuh"
 extern "C" {
 #include "kernels/rope.h"
@@ -293,9 +295,7 @@ struct tk_gdn_args {
   tk_calls c;
   const float *proj, *conv_w, *A_log, *dt_bias, *gnorm;
   const int *chan_src, *z_src, *b_src, *a_src;
-  float *o, *o2;
-  float *gss; // [T][HV][column blocks]: sums of squares of o for the gated norm
-  int *cnt;   // [sequences][HV]: column blocks done (0 between forwards)
+  float *o2;
   int HK, HV, dk, dv, Kc, conv_dim;
   int64_t PS, VS;
   float eps;
@@ -311,32 +311,36 @@ struct tk_chan {
   float st[9], w[9];
 };
 
-// grid (HV, ceil(dv / 32), sequences), block 32 ceil(dk / TK_RPT): Gated
-// DeltaNet's mixer for value head h, state columns 32 by
-// (target-architecture.md 2), of sequence blockIdx.z (its tokens [z Tn, (z +
-// 1) Tn) of the call, its own state), token by token: (1) the causal conv +
-// SiLU of the channels the block reads (q and k of its key head, v of its
-// columns; every block of a key head computes its q and k, and the block
-// (first value head of the group, column block 0) stores their states; v has
-// one block), the state after token i into conv slot (cur + 1 + i) % nbuf; (2)
-// the delta rule: S = S exp(g); u = S^T k; S += k (beta (v - u))^T; o = S^T q,
-// q and k l2-normed (q also by dk^-0.5), the state after token i into slot
-// (cur + 1 + i) % nbuf; (3) after the last token, the gated RMSNorm (plain w)
-// x silu(z) over the head's dv outputs: each column block leaves its sums of
-// squares in gss; the last of the head's blocks to finish (cnt) normalises
-// every token's whole head and resets cnt.
+// grid (ceil(dv / 32), HV, sequences) in clusters of ceil(dv / 32) (at most
+// 8: dv <= TK_DVMAX), block 32 ceil(dk / TK_RPT): Gated DeltaNet's mixer for
+// value head h = blockIdx.y, state columns 32 by (target-architecture.md 2),
+// of sequence blockIdx.z (its tokens [z Tn, (z + 1) Tn) of the call, its own
+// state), token by token: (1) the causal conv + SiLU of the channels the
+// block reads (q and k of its key head, v of its columns; every block of a
+// key head computes its q and k, and the block (first value head of the
+// group, column block 0) stores their states; v has one block), the state
+// after token i into conv slot (cur + 1 + i) % nbuf; (2) the delta rule: S =
+// S exp(g); u = S^T k; S += k (beta (v - u))^T; o = S^T q, q and k l2-normed
+// (q also by dk^-0.5), the state after token i into slot (cur + 1 + i) %
+// nbuf; (3) after the last token, the gated RMSNorm (plain w) x silu(z) over
+// the head's dv outputs: the head's column blocks are one cluster, each keeps
+// its outputs and its sums of squares in shared memory, and after one cluster
+// barrier each adds the blocks' sums (in block order) and normalises its own
+// columns. Why a cluster: the head's last block to finish (a global counter
+// after a fence) normalising the whole head put a fence, an atomic and two
+// loads from L2 one after another at the end of every GDN layer.
 __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   __shared__ float qs[256], ks[256], vs[32], red[16][32], red2[16][32], scal[4];
   __shared__ float sb[MTPQ_TCUDA_MAX_T], sa[MTPQ_TCUDA_MAX_T], hc[2]; // each token's b and a inputs; A_log, dt_bias
-  __shared__ float gw[TK_DVMAX];                                      // the gated norm's weights
-  __shared__ int zs[TK_DVMAX];                                        // and where each column's z is
-  __shared__ bool last;
+  __shared__ float bss[MTPQ_TCUDA_MAX_T];     // each token's sum of squares of this block's outputs
+  __shared__ float os[MTPQ_TCUDA_MAX_T][32];  // and the outputs
+  __shared__ float zsh[MTPQ_TCUDA_MAX_T][32]; // and their z
   rt_trigger();
   RT_TL_START();
-  const int h = blockIdx.x, lane = threadIdx.x & 31, rg = threadIdx.x >> 5, RG = blockDim.x >> 5;
-  const int r = A.HV / A.HK, j = blockIdx.y * 32 + lane, dk = A.dk, dv = A.dv, kh = h / r, kd = A.HK * dk;
+  const int h = blockIdx.y, lane = threadIdx.x & 31, rg = threadIdx.x >> 5, RG = blockDim.x >> 5;
+  const int r = A.HV / A.HK, j = blockIdx.x * 32 + lane, dk = A.dk, dv = A.dv, kh = h / r, kd = A.HK * dk;
   const tcall &cl = A.c.c[blockIdx.z];
-  const int cur = cl.cur, nbuf = cl.nbuf, K1 = A.Kc - 1, NCB = gridDim.y, t0 = blockIdx.z * A.c.Tn;
+  const int cur = cl.cur, nbuf = cl.nbuf, K1 = A.Kc - 1, NCB = gridDim.x, t0 = blockIdx.z * A.c.Tn;
   float *const conv = cl.conv[A.c.layer], *const rec = cl.rec[A.c.layer]; // nbuf slots each
   const int64_t slot = (int64_t)A.HV * dk * dv, hb = (int64_t)h * dk * dv, cslot = (int64_t)A.conv_dim * K1;
   tk_chan ch[2];
@@ -347,9 +351,9 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
     x.c = -1;
     if (i < 2 * dk) { // q (i < dk), then k, of key head kh
       x.c = i < dk ? kh * dk + i : kd + kh * dk + (i - dk);
-      x.write = h % r == 0 && blockIdx.y == 0;
-    } else if (i < 2 * dk + 32 && blockIdx.y * 32 + (i - 2 * dk) < dv) { // v of this block's columns
-      x.c = 2 * kd + h * dv + blockIdx.y * 32 + (i - 2 * dk);
+      x.write = h % r == 0 && blockIdx.x == 0;
+    } else if (i < 2 * dk + 32 && blockIdx.x * 32 + (i - 2 * dk) < dv) { // v of this block's columns
+      x.c = 2 * kd + h * dv + blockIdx.x * 32 + (i - 2 * dk);
       x.write = true;
     }
     if (x.c < 0) continue;
@@ -368,7 +372,9 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   }
   const int bsrc = A.b_src[h], asrc = A.a_src[h];
   if (threadIdx.x == 0) hc[0] = A.A_log[h], hc[1] = A.dt_bias[h];
-  for (int c = threadIdx.x; c < dv; c += blockDim.x) gw[c] = A.gnorm[c], zs[c] = A.z_src[h * dv + c];
+  // the gated norm's weight of column j and where its z is (warp 0 normalises the block's columns)
+  const float gw = rg == 0 && j < dv ? A.gnorm[j] : 0.0f;
+  const int zsrc = rg == 0 && j < dv ? A.z_src[h * dv + j] : 0;
   // (the call block, the weights, the tables and the states of slot cur, which the forwards before wrote, are
   // read above while the in_proj product finishes; its output only after the wait)
   rt_wait();
@@ -379,6 +385,8 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   float nx[2];
 #pragma unroll
   for (int q = 0; q < 2; q++) nx[q] = ch[q].c >= 0 ? A.proj[t0 * A.PS + ch[q].src] : 0.0f;
+  if (rg == 0) // column j's z of every token (read by the same lane after the last token)
+    for (int i = 0; i < A.c.Tn; i++) zsh[i][lane] = j < dv ? A.proj[(t0 + i) * A.PS + zsrc] : 0.0f;
   for (int t = t0; t < t0 + A.c.Tn; t++) { // (t: the call's token; its slot counts from t0)
     const float *p = A.proj + t * A.PS;
 #pragma unroll
@@ -441,9 +449,9 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
     if (rg == 0) { // this block's outputs and their sum of squares (the gated norm's, after the last token)
       float s2 = 0.0f;
       for (int g = 0; g < RG; g++) s2 += red2[g][lane];
-      if (j < dv) A.o[t * A.VS + (int64_t)h * dv + j] = s2;
+      os[t - t0][lane] = s2;
       const float ss = rt_warp_sum(j < dv ? s2 * s2 : 0.0f);
-      if (lane == 0) A.gss[((int64_t)t * A.HV + h) * NCB + blockIdx.y] = ss;
+      if (lane == 0) bss[t - t0] = ss;
     }
     float *dst = rec + ((cur + 1 + t - t0) % nbuf) * slot + hb;
 #pragma unroll
@@ -453,31 +461,27 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
     }
     __syncthreads(); // qs, ks, vs, red, red2 are rewritten by the next token
   }
-  // (3) the gated norm of every token: the head's last column block to finish normalises all its dv columns
-  __threadfence(); // this block's o and sums before its count
-  __syncthreads();
-  int *const cnt = A.cnt + blockIdx.z * A.HV + h;
-  if (threadIdx.x == 0) last = atomicAdd(cnt, 1) == NCB - 1;
-  __syncthreads();
-  if (!last) {
-    RT_TL_END();
-    return;
-  }
-  __threadfence();
-  for (int t = t0; t < t0 + A.c.Tn; t++) {
-    float g[TK_DVMAX / 32]; // the column blocks' sums, all loaded before they are added (in order)
+  // (3) the gated norm of every token: the cluster's blocks are the head's column blocks; the barrier's release
+  // and acquire publish every block's sums (bss) to the others
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  if (rg == 0)
+    for (int i = 0; i < A.c.Tn; i++) {
+      float g[TK_DVMAX / 32]; // every block's sum, all loaded before they are added (in block order)
 #pragma unroll
-    for (int b = 0; b < TK_DVMAX / 32; b++) g[b] = b < NCB ? __ldcg(A.gss + ((int64_t)t * A.HV + h) * NCB + b) : 0.0f;
-    float ss = 0.0f;
+      for (int b = 0; b < TK_DVMAX / 32; b++) g[b] = b < NCB ? cluster.map_shared_rank(bss, b)[i] : 0.0f;
+      float ss = 0.0f;
 #pragma unroll
-    for (int b = 0; b < TK_DVMAX / 32; b++)
-      if (b < NCB) ss += g[b];
-    const float rn = 1.0f / sqrtf(ss / (float)dv + A.eps);
-    const float *ot = A.o + t * A.VS + (int64_t)h * dv, *p = A.proj + t * A.PS;
-    for (int c = threadIdx.x; c < dv; c += blockDim.x)
-      A.o2[t * A.VS + (int64_t)h * dv + c] = gw[c] * (__ldcg(ot + c) * rn) * tk_silu(p[zs[c]]);
-  }
-  if (threadIdx.x == 0) *cnt = 0; // for the next forward
+      for (int b = 0; b < TK_DVMAX / 32; b++)
+        if (b < NCB) ss += g[b];
+      const float rn = 1.0f / sqrtf(ss / (float)dv + A.eps);
+      if (j < dv) A.o2[(t0 + i) * A.VS + (int64_t)h * dv + j] = gw * (os[i][lane] * rn) * tk_silu(zsh[i][lane]);
+    }
+  // no block leaves while another may still read its sums
+  __cluster_barrier_arrive_relaxed();
+  __cluster_barrier_wait();
   RT_TL_END();
 }
 
@@ -507,7 +511,7 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
   aa.NS = (int)m->NSMAX, aa.QGS = m->QGS, aa.KVS = m->KVS, aa.ATS = m->ATS, aa.theta = t->theta, aa.eps = t->eps;
   tk_gdn_args ga = {};
   ga.c = cs, ga.proj = m->proj, ga.chan_src = m->chan_src, ga.z_src = m->z_src, ga.b_src = m->b_src;
-  ga.a_src = m->a_src, ga.o = m->o, ga.o2 = m->o2, ga.gss = m->gss, ga.cnt = m->cnt, ga.HK = (int)t->HK;
+  ga.a_src = m->a_src, ga.o2 = m->o2, ga.HK = (int)t->HK;
   ga.HV = (int)t->HV, ga.dk = (int)t->dk, ga.dv = (int)t->dv, ga.Kc = (int)t->Kc, ga.conv_dim = (int)t->conv_dim;
   ga.PS = m->PS, ga.VS = m->VS, ga.eps = t->eps;
   for (int64_t i = 0; i < t->L; i++) {
@@ -527,7 +531,8 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
       ga.conv_w = l.conv_w, ga.A_log = l.A_log, ga.dt_bias = l.dt_bias, ga.gnorm = l.gnorm;
       ga.c.layer = (int)i;
       const int rg = (int)((t->dk + TK_RPT - 1) / TK_RPT);
-      go(g, true, k_t_gdn, dim3((unsigned)t->HV, (unsigned)((t->dv + 31) / 32), (unsigned)n), dim3(32 * rg), 0, ga);
+      const unsigned ncb = (unsigned)((t->dv + 31) / 32);
+      go_cl(g, true, ncb, k_t_gdn, dim3(ncb, (unsigned)t->HV, (unsigned)n), dim3(32 * rg), 0, ga);
       mark(g, "gdn conv + recurrence + gated norm");
     }
     launch_mv(g, p.out[i]);

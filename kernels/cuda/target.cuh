@@ -153,9 +153,8 @@ struct tgpu {
   int64_t H, HS, P, PS, VS, QGS, KVS, ATS, IM, S, E, K, NSMAX;
   int *chan_src = nullptr, *z_src = nullptr, *b_src = nullptr, *a_src = nullptr; // GDN: where each input is in the projections' row
   // activations, [MTPQ_TCUDA_MAX_T] rows each
-  float *h, *a, *y, *y2, *proj, *o, *o2, *gss, *qg, *kk, *vv, *att, *pm, *pl, *pacc, *pr, *sz, *wsel, *gb, *ub, *act,
+  float *h, *a, *y, *y2, *proj, *o2, *qg, *kk, *vv, *att, *pm, *pl, *pacc, *pr, *sz, *wsel, *gb, *ub, *act,
       *hid, *logits;
-  int *cnt; // k_t_gdn's column blocks done, per (sequence, value head)
   tplan plans[MTPQ_TCUDA_MAX_T + 1];
   tcall *calls = nullptr, *h_calls = nullptr; // the call's blocks [TK_SMAX]: device, pinned host
   cudaGraphExec_t graph[TK_SMAX + 1][MTPQ_TCUDA_MAX_T + 1][3] = {}; // per (sequences, Tn, head)

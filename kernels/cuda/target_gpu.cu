@@ -280,14 +280,12 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
   m->E = E, m->K = K, m->IM = al16(IM), m->S = K + 1;
   m->NSMAX = 0; /* the first sequence allocates the attention's partials */
   const int64_t slots = NM * m->S * m->IM;
-  const int64_t ncb = (t->dv + 31) / 32; // k_t_gdn's column blocks a value head
-  float **bufs[] = {&m->h, &m->a, &m->y, &m->y2, &m->proj, &m->gss, &m->o, &m->o2, &m->qg, &m->kk, &m->vv, &m->att,
-                    &m->pr, &m->sz, &m->gb, &m->ub, &m->act, &m->hid, &m->logits};
-  const int64_t sizes[] = {NM * m->HS, NM * m->HS, NM * m->HS, NM * m->HS, NM * m->PS, NM * (t->HV ? t->HV : 1) * ncb,
-                           NM * m->VS, NM * m->VS, NM * m->QGS, NM * m->KVS, NM * m->KVS, NM * m->ATS, NM * (E ? E : 1),
-                           NM, slots, slots, slots, NM * m->HS, NM * t->V};
+  float **bufs[] = {&m->h,  &m->a,  &m->y,  &m->y2, &m->proj, &m->o2,  &m->qg,  &m->kk,
+                    &m->vv, &m->att, &m->pr, &m->sz, &m->gb,   &m->ub,  &m->act, &m->hid, &m->logits};
+  const int64_t sizes[] = {NM * m->HS,  NM * m->HS,  NM * m->HS,  NM * m->HS,      NM * m->PS, NM * m->VS,
+                           NM * m->QGS, NM * m->KVS, NM * m->KVS, NM * m->ATS,     NM * (E ? E : 1), NM,
+                           slots,       slots,       slots,       NM * m->HS,      NM * t->V};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) st = dzalloc(g, bufs[i], (size_t)sizes[i] * 4, err);
-  if (!st) st = dzalloc(g, &m->cnt, (size_t)(TK_SMAX * (t->HV ? t->HV : 1)) * sizeof(int), err);
   if (!st) st = dzalloc(g, &g->x.sel, NM * RT_KST * sizeof(int), err);
   if (!st) st = dzalloc(g, &g->x.wsel, NM * RT_KST * sizeof(float), err);
   if (!st) st = dzalloc(g, &g->x.best, NM * sizeof(unsigned long long), err);
