@@ -86,6 +86,7 @@ struct tk_attn_args {
   const float *qg, *kk, *vv, *qn, *kn;
   float *pm, *pl, *pacc, *att;
   int Nq, Nkv, D, rot, NS;
+  int slots; // k_t_attn's block slots on the GPU (ta_runs)
   int64_t QGS, KVS, ATS;
   float theta, eps;
 };
@@ -115,7 +116,7 @@ __global__ void k_t_kv(tk_attn_args A) {
 }
 
 // grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head kv,
-// token t, over its sequence's cached positions [s C, (s + 1) C) (C = ta_run
+// token t, over its sequence's cached positions [s C, (s + 1) C) (C: ta_run
 // of the sequence's length after the call) up to its own, so each cached row
 // is read once for all of them: each head's split maximum, sum of exponentials
 // and unnormalised output. A lane holds 8 consecutive elements of every head's
@@ -132,7 +133,7 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const tcall &cl = A.c.c[t / A.c.Tn]; // (copied in before the forward's first kernel: read before the wait)
   const uint16_t *kc = cl.kc[A.c.layer], *vc = cl.vc[A.c.layer];
-  const int64_t C = ta_run(cl.pos0 + A.c.Tn), pos = cl.pos0 + t % A.c.Tn, lo = (int64_t)s * C;
+  const int64_t C = ta_run(cl.pos0 + A.c.Tn, ta_runs(A.slots, A.Nkv, gridDim.y)), pos = cl.pos0 + t % A.c.Tn, lo = (int64_t)s * C;
   if (lo > pos) {
     RT_TL_END();
     return;
@@ -231,15 +232,18 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
 }
 
 // the attention of a forward: k_t_attn for the query heads per KV head (1, 2, 4, 8 or 16: the load checks)
+static decltype(&k_t_attn<1>) attn_kernel(int G) {
+  return G == 1 ? k_t_attn<1> : G == 2 ? k_t_attn<2> : G == 4 ? k_t_attn<4> : G == 8 ? k_t_attn<8> : k_t_attn<16>;
+}
 static void attn_run(gpu_session *g, const tk_attn_args &aa, int T, int NS) {
-  const dim3 grid((unsigned)aa.Nkv, T, (unsigned)NS), blk(256);
-  switch (aa.Nq / aa.Nkv) {
-  case 1: go(g, true, k_t_attn<1>, grid, blk, 0, aa); break;
-  case 2: go(g, true, k_t_attn<2>, grid, blk, 0, aa); break;
-  case 4: go(g, true, k_t_attn<4>, grid, blk, 0, aa); break;
-  case 8: go(g, true, k_t_attn<8>, grid, blk, 0, aa); break;
-  default: go(g, true, k_t_attn<16>, grid, blk, 0, aa); break;
-  }
+  go(g, true, attn_kernel(aa.Nq / aa.Nkv), dim3((unsigned)aa.Nkv, T, (unsigned)NS), dim3(256), 0, aa);
+}
+// k_t_attn's block slots: its blocks an SM times the SMs
+static int attn_slots(gpu_session *g, int G) {
+  int nb = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, attn_kernel(G), 256, 0) != cudaSuccess || nb < 1)
+    cudaGetLastError(), nb = 1;
+  return nb * g->sms;
 }
 
 // grid (Nq, T), block 256, a thread a column d (D <= 256: the load checks): the splits of query head h, token t,
@@ -255,7 +259,8 @@ __global__ void __launch_bounds__(256) k_t_comb(tk_attn_args A) {
   RT_TL_START();
   const int h = blockIdx.x, t = blockIdx.y, D = A.D, tid = threadIdx.x, nt = blockDim.x;
   const tcall &cl = A.c.c[t / A.c.Tn];
-  const int n1 = (int)((cl.pos0 + t % A.c.Tn) / ta_run(cl.pos0 + A.c.Tn)) + 1, ns = n1 < A.NS ? n1 : A.NS;
+  const int64_t C = ta_run(cl.pos0 + A.c.Tn, ta_runs(A.slots, A.Nkv, gridDim.y)); // (k_t_attn's)
+  const int n1 = (int)((cl.pos0 + t % A.c.Tn) / C) + 1, ns = n1 < A.NS ? n1 : A.NS;
   rt_wait();
   const int64_t o = ((int64_t)(t * A.Nq + h)) * A.NS;
   const bool on = tid < D;
@@ -315,14 +320,15 @@ struct tk_chan {
 // 8: dv <= TK_DVMAX), block 32 ceil(dk / TK_RPT): Gated DeltaNet's mixer for
 // value head h = blockIdx.y, state columns 32 by (target-architecture.md 2),
 // of sequence blockIdx.z (its tokens [z Tn, (z + 1) Tn) of the call, its own
-// state), token by token: (1) the causal conv + SiLU of the channels the
+// state): (1) the causal conv + SiLU of every token, of the channels the
 // block reads (q and k of its key head, v of its columns; every block of a
 // key head computes its q and k, and the block (first value head of the
 // group, column block 0) stores their states; v has one block), the state
-// after token i into conv slot (cur + 1 + i) % nbuf; (2) the delta rule: S =
+// after token i into conv slot (cur + 1 + i) % nbuf; (2) each token's q and
+// k norms and gates, a warp a token; (3) token by token, the delta rule: S =
 // S exp(g); u = S^T k; S += k (beta (v - u))^T; o = S^T q, q and k l2-normed
 // (q also by dk^-0.5), the state after token i into slot (cur + 1 + i) %
-// nbuf; (3) after the last token, the gated RMSNorm (plain w) x silu(z) over
+// nbuf; (4) after the last token, the gated RMSNorm (plain w) x silu(z) over
 // the head's dv outputs: the head's column blocks are one cluster, each keeps
 // its outputs and its sums of squares in shared memory, and after one cluster
 // barrier each adds the blocks' sums (in block order) and normalises its own
@@ -330,7 +336,10 @@ struct tk_chan {
 // after a fence) normalising the whole head put a fence, an atomic and two
 // loads from L2 one after another at the end of every GDN layer.
 __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
-  __shared__ float qs[256], ks[256], vs[32], red[16][32], red2[16][32], scal[4];
+  // every token's conv outputs (q, k: dk <= 128, the load checks), norms and gates, so that the delta rule's
+  // token loop has two barriers a token and no warp's serial section
+  __shared__ float qs[MTPQ_TCUDA_MAX_T][128], ks[MTPQ_TCUDA_MAX_T][128], vs[MTPQ_TCUDA_MAX_T][32];
+  __shared__ float scal[MTPQ_TCUDA_MAX_T][4], red[16][32], red2[16][32];
   __shared__ float sb[MTPQ_TCUDA_MAX_T], sa[MTPQ_TCUDA_MAX_T], hc[2]; // each token's b and a inputs; A_log, dt_bias
   __shared__ float bss[MTPQ_TCUDA_MAX_T];     // each token's sum of squares of this block's outputs
   __shared__ float os[MTPQ_TCUDA_MAX_T][32];  // and the outputs
@@ -387,10 +396,10 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
   for (int q = 0; q < 2; q++) nx[q] = ch[q].c >= 0 ? A.proj[t0 * A.PS + ch[q].src] : 0.0f;
   if (rg == 0) // column j's z of every token (read by the same lane after the last token)
     for (int i = 0; i < A.c.Tn; i++) zsh[i][lane] = j < dv ? A.proj[(t0 + i) * A.PS + zsrc] : 0.0f;
-  for (int t = t0; t < t0 + A.c.Tn; t++) { // (t: the call's token; its slot counts from t0)
+  for (int t = t0; t < t0 + A.c.Tn; t++) { // (1) the conv of every token (t: the call's; its slot counts from t0)
     const float *p = A.proj + t * A.PS;
 #pragma unroll
-    for (int q = 0; q < 2; q++) { // (1) the conv
+    for (int q = 0; q < 2; q++) {
       tk_chan &x = ch[q];
       if (x.c < 0) continue;
       const float in = nx[q];
@@ -408,60 +417,61 @@ __global__ void __launch_bounds__(512) k_t_gdn(tk_gdn_args A) {
       }
       const int i = threadIdx.x + q * blockDim.x;
       const float y = tk_silu(acc);
-      if (i < dk) qs[i] = y;
-      else if (i < 2 * dk) ks[i - dk] = y;
-      else vs[i - 2 * dk] = y;
+      if (i < dk) qs[t - t0][i] = y;
+      else if (i < 2 * dk) ks[t - t0][i - dk] = y;
+      else vs[t - t0][i - 2 * dk] = y;
     }
-    __syncthreads();
-    if (rg == 0) { // (2) the delta rule
-      float sq = 0.0f, sk = 0.0f;
-      for (int i = lane; i < dk; i += 32) sq += qs[i] * qs[i], sk += ks[i] * ks[i];
-      sq = rt_warp_sum(sq), sk = rt_warp_sum(sk);
-      if (lane == 0) {
-        scal[0] = 1.0f / sqrtf(sq + 1e-6f) / sqrtf((float)dk);
-        scal[1] = 1.0f / sqrtf(sk + 1e-6f);
-        scal[2] = tk_sigm(sb[t - t0]);
-        scal[3] = expf(-expf(hc[0]) * tk_softplus(sa[t - t0] + hc[1]));
-      }
+  }
+  __syncthreads();
+  for (int i = rg; i < A.c.Tn; i += RG) { // (2) each token's norms and gates, a warp a token
+    float sq = 0.0f, sk = 0.0f;
+    for (int e = lane; e < dk; e += 32) sq += qs[i][e] * qs[i][e], sk += ks[i][e] * ks[i][e];
+    sq = rt_warp_sum(sq), sk = rt_warp_sum(sk);
+    if (lane == 0) {
+      scal[i][0] = 1.0f / sqrtf(sq + 1e-6f) / sqrtf((float)dk);
+      scal[i][1] = 1.0f / sqrtf(sk + 1e-6f);
+      scal[i][2] = tk_sigm(sb[i]);
+      scal[i][3] = expf(-expf(hc[0]) * tk_softplus(sa[i] + hc[1]));
     }
-    __syncthreads();
-    const float rq = scal[0], rk = scal[1], beta = scal[2], dec = scal[3];
+  }
+  __syncthreads();
+  for (int i = 0; i < A.c.Tn; i++) { // (3) the delta rule, token after token (two barriers each)
+    const float rq = scal[i][0], rk = scal[i][1], beta = scal[i][2], dec = scal[i][3];
     float u = 0.0f;
 #pragma unroll
-    for (int i = 0; i < TK_RPT; i++) {
-      const int rr = rg * TK_RPT + i;
-      S[i] *= dec;
-      if (rr < dk) u += S[i] * (ks[rr] * rk);
+    for (int e = 0; e < TK_RPT; e++) {
+      const int rr = rg * TK_RPT + e;
+      S[e] *= dec;
+      if (rr < dk) u += S[e] * (ks[i][rr] * rk);
     }
-    red[rg][lane] = u;
+    red[rg][lane] = u; // (every thread read the token before's red before the barrier that ended it)
     __syncthreads();
     u = 0.0f;
     for (int g = 0; g < RG; g++) u += red[g][lane];
-    const float v = j < dv ? vs[lane] : 0.0f, d = beta * (v - u);
+    const float v = j < dv ? vs[i][lane] : 0.0f, d = beta * (v - u);
     float o = 0.0f;
 #pragma unroll
-    for (int i = 0; i < TK_RPT; i++) {
-      const int rr = rg * TK_RPT + i;
-      if (rr < dk) S[i] += (ks[rr] * rk) * d, o += S[i] * (qs[rr] * rq);
+    for (int e = 0; e < TK_RPT; e++) {
+      const int rr = rg * TK_RPT + e;
+      if (rr < dk) S[e] += (ks[i][rr] * rk) * d, o += S[e] * (qs[i][rr] * rq);
     }
-    red2[rg][lane] = o;
+    red2[rg][lane] = o; // (warp 0 read the token before's red2 before this token's first barrier)
     __syncthreads();
     if (rg == 0) { // this block's outputs and their sum of squares (the gated norm's, after the last token)
       float s2 = 0.0f;
       for (int g = 0; g < RG; g++) s2 += red2[g][lane];
-      os[t - t0][lane] = s2;
+      os[i][lane] = s2;
       const float ss = rt_warp_sum(j < dv ? s2 * s2 : 0.0f);
-      if (lane == 0) bss[t - t0] = ss;
+      if (lane == 0) bss[i] = ss;
     }
-    float *dst = rec + ((cur + 1 + t - t0) % nbuf) * slot + hb;
+    float *dst = rec + ((cur + 1 + i) % nbuf) * slot + hb;
 #pragma unroll
-    for (int i = 0; i < TK_RPT; i++) {
-      const int rr = rg * TK_RPT + i;
-      if (rr < dk && j < dv) dst[(int64_t)rr * dv + j] = S[i];
+    for (int e = 0; e < TK_RPT; e++) {
+      const int rr = rg * TK_RPT + e;
+      if (rr < dk && j < dv) dst[(int64_t)rr * dv + j] = S[e];
     }
-    __syncthreads(); // qs, ks, vs, red, red2 are rewritten by the next token
   }
-  // (3) the gated norm of every token: the cluster's blocks are the head's column blocks; the barrier's release
+  // (4) the gated norm of every token: the cluster's blocks are the head's column blocks; the barrier's release
   // and acquire publish every block's sums (bss) to the others
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -508,6 +518,7 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
   tk_attn_args aa = {};
   aa.c = cs, aa.qg = m->qg, aa.kk = m->kk, aa.vv = m->vv, aa.pm = m->pm, aa.pl = m->pl, aa.pacc = m->pacc;
   aa.att = m->att, aa.Nq = (int)t->Nq, aa.Nkv = (int)t->Nkv, aa.D = (int)t->D, aa.rot = (int)t->rot;
+  aa.slots = t->Nkv > 0 ? attn_slots(g, (int)(t->Nq / t->Nkv)) : 1;
   aa.NS = (int)m->NSMAX, aa.QGS = m->QGS, aa.KVS = m->KVS, aa.ATS = m->ATS, aa.theta = t->theta, aa.eps = t->eps;
   tk_gdn_args ga = {};
   ga.c = cs, ga.proj = m->proj, ga.chan_src = m->chan_src, ga.z_src = m->z_src, ga.b_src = m->b_src;

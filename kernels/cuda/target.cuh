@@ -40,20 +40,29 @@ extern "C" {
 #include "kernels/target_model.h"
 }
 
-// Attention splits: a call of T tokens at pos0 splits the cached positions
-// [0, pos0 + T) into runs of ta_run(pos0 + T) positions (64 .. TA_C, a
-// multiple of 64): short contexts in runs of 64 so that about TA_SPLITS runs
-// per KV head keep the SMs busy, long ones in runs of TA_C (the scores'
-// shared memory). The grid holds ta_grid(max_pos) splits; those past a
-// call's positions return at once.
+// Attention splits: a forward of T tokens (all its sequences') at pos0
+// splits each sequence's cached positions [0, pos0 + Tn) into runs of
+// ta_run(pos0 + Tn, runs) positions (64 .. TA_C, a multiple of 64), about
+// runs = ta_runs(...) of them: short contexts in runs of 64 or more so that
+// the forward's blocks (one a KV head, token and run) fill the SMs' block
+// slots once, not in two waves at T = 4 (ledger 60), at most TA_SPLITS a
+// token; long ones in runs of TA_C (the scores' shared
+// memory). The grid holds ta_grid(max_pos) splits (at most a token's);
+// those past a call's positions return at once.
 #define TA_C 256
 #define TA_SPLITS 128
 #define TA_NSMAX 4096 // splits a sequence may need (max_pos <= TA_NSMAX x TA_C)
 #define TA_KR 4 // k_t_attn: key rows a warp loads before their scores (rows i, i + 8, ..., i + 8 (TA_KR - 1))
 #define TA_VR 16 // k_t_attn: value rows, k_t_comb: splits, whose loads are in flight before their sums
 #define TC_R 64 // k_t_comb: the first splits, whose loads are issued before its reductions
-__host__ __device__ inline int64_t ta_run(int64_t n) {
-  const int64_t c = ((n + TA_SPLITS - 1) / TA_SPLITS + 63) / 64 * 64;
+// the runs a token's positions split into: the k_t_attn block slots of the GPU (slots) over the forward's
+// (KV head, token) pairs, 1 .. TA_SPLITS
+__host__ __device__ inline int64_t ta_runs(int64_t slots, int64_t Nkv, int64_t T) {
+  const int64_t r = slots / (Nkv * T);
+  return r < 1 ? 1 : r > TA_SPLITS ? TA_SPLITS : r;
+}
+__host__ __device__ inline int64_t ta_run(int64_t n, int64_t runs) {
+  const int64_t c = ((n + runs - 1) / runs + 63) / 64 * 64;
   return c < 64 ? 64 : c > TA_C ? TA_C : c;
 }
 __host__ __device__ inline int64_t ta_grid(int64_t max_pos) {
