@@ -81,8 +81,41 @@ dev_gpu_suite() {
     pids+=($!)
   done
   wait "${pids[@]}"
-  for f in "$o"/t-*.txt; do
-    echo "gpu suite $(basename "$f" .txt): $(grep -E '^[0-9]+%: Checks' "$f" | tail -1)"
-    grep -E 'Failure|Error' "$f" | head -3
+  dev_summary "$o"/t-*.txt
+}
+
+# FILE...: each Check log's name and summary line, and its first failing or
+# erring tests (Check's FILE:LINE:F: and :E: lines)
+dev_summary() {
+  local f
+  for f in "$@"; do
+    echo "$(basename "$f" .txt): $(grep -E '^[0-9]+%: Checks' "$f" | tail -1)"
+    grep -E ':[FE]:' "$f" | head -4
+  done
+}
+
+# OUTDIR VARIANT...: the working tree (dev_build) and every VARIANT (a
+# source tree, e.g. `git archive BRANCH | tar -x -C DIR`) built at once, all
+# before anything is timed: variant N in /tmp/varN (its log in
+# OUTDIR/varN-build.txt), with this tree's .ci/device-build.sh and reading
+# this tree's testdata (the gpu tests'); the packages unpacked once first.
+# DEV_OK[N] = 1 for each variant that built; status 1 when the working tree
+# did not
+dev_build_all() {
+  local o=$1 w=$PWD n=0 p pids=()
+  shift
+  (MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh) || return 1
+  for p in "$@"; do
+    n=$((n + 1))
+    rm -rf /tmp/var$n && cp -r "$p" /tmp/var$n && cp -r .device-debs /tmp/var$n/
+    rm -rf /tmp/var$n/testdata && ln -sfn "$w/testdata" /tmp/var$n/testdata
+    (cd /tmp/var$n && OUT=/tmp/var$n-out && mkdir -p $OUT && . "$w/.ci/device-build.sh") > "$o/var$n-build.txt" 2>&1 &
+    pids+=($!)
+  done
+  dev_build "$o" || return 1
+  n=0 DEV_OK=()
+  for p in "${pids[@]}"; do
+    n=$((n + 1))
+    if wait "$p"; then DEV_OK[$n]=1; else DEV_OK[$n]=0; echo "variant $n build failed"; tail -n 20 "$o/var$n-build.txt"; fi
   done
 }

@@ -26,24 +26,8 @@ O=$1
 shift
 mkdir -p "$O"
 . tests/bench/device_lib.sh
-# the packages unpacked once, then every variant built in the background beside the working tree (only
-# mtpq and check_gpu_target; each variant with this tree's .ci/device-build.sh), all before anything is timed
-(MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh) || exit 1
 export MTPQ_DEVICE_TARGETS="mtpq check_gpu_target"
-W=$PWD n=0 vb=()
-for v in "$@"; do
-  n=$((n + 1))
-  rm -rf /tmp/var$n && cp -r "$v" /tmp/var$n && cp -r .device-debs /tmp/var$n/
-  ln -sfn "$PWD/testdata" /tmp/var$n/testdata # (the gpu tests read the working tree's)
-  (cd /tmp/var$n && OUT=/tmp/var$n-out && mkdir -p $OUT && . "$W/.ci/device-build.sh") > "$O/var$n-build.txt" 2>&1 &
-  vb+=($!)
-done
-dev_build "$O" || exit 1
-n=0 vok=()
-for p in "${vb[@]}"; do
-  n=$((n + 1))
-  if wait "$p"; then vok[$n]=1; else vok[$n]=0; echo "variant $n build failed"; tail -n 20 "$O/var$n-build.txt"; fi
-done
+dev_build_all "$O" "$@" || exit 1
 echo "built at ${SECONDS}s"
 args=(bench-target --synthetic qwen3-next-80b --context 4096 --verify 2 --prefill 4096 --iters 3)
 if [ "${CHECK:-0}" = 1 ]; then
@@ -55,7 +39,7 @@ echo "new: $(grep prefill "$O/bt-new.txt") at ${SECONDS}s"
 n=0
 for v in "$@"; do
   n=$((n + 1))
-  [ "${vok[$n]}" = 1 ] || continue
+  [ "${DEV_OK[$n]}" = 1 ] || continue
   if [ "${CHECKV:-0}" = 1 ] && [[ " ${NOCHECK:-} " != *" $n "* ]]; then
     dev_check_target /tmp/var$n/build-gpu "$O" 150
     mv "$O/check_gpu_target.txt" "$O/check_gpu_target-var$n.txt"

@@ -21,25 +21,11 @@ O=$1 V=$2
 shift 2
 mkdir -p "$O"
 . tests/bench/device_lib.sh
-(MTPQ_DEVICE_ENV_ONLY=1 . .ci/device-build.sh) || exit 1
 export MTPQ_DEVICE_TARGETS="mtpq check_gpu_target check_gpu_runtime gen_fixture"
-W=$PWD n=0 vb=()
-for v in "$@"; do
-  n=$((n + 1))
-  rm -rf /tmp/var$n && cp -r "$v" /tmp/var$n && cp -r .device-debs /tmp/var$n/
-  rm -rf /tmp/var$n/testdata && ln -sfn "$PWD/testdata" /tmp/var$n/testdata
-  (cd /tmp/var$n && OUT=/tmp/var$n-out && mkdir -p $OUT && . "$W/.ci/device-build.sh") > "$O/var$n-build.txt" 2>&1 &
-  vb+=($!)
-done
-dev_build "$O" || exit 1
-n=0 builds=(./build-gpu) names=(new)
-for p in "${vb[@]}"; do
-  n=$((n + 1))
-  if wait "$p"; then
-    builds+=(/tmp/var$n/build-gpu) names+=("var$n")
-  else
-    echo "variant $n build failed"; tail -n 20 "$O/var$n-build.txt"
-  fi
+dev_build_all "$O" "$@" || exit 1
+builds=(./build-gpu) names=(new)
+for n in "${!DEV_OK[@]}"; do
+  [ "${DEV_OK[$n]}" = 1 ] && builds+=(/tmp/var$n/build-gpu) names+=("var$n")
 done
 echo "built ${names[*]} at ${SECONDS}s"
 pids=()
@@ -49,10 +35,7 @@ for i in "${!builds[@]}"; do
   (cd "$b" && CK_RUN_CASE=tiny timeout 240 ./tests/check_gpu_runtime > "$O/chk-runtime-$nm.txt" 2>&1) & pids+=($!)
 done
 wait "${pids[@]}"
-for f in "$O"/chk-*.txt; do
-  echo "$(basename "$f" .txt): $(grep -E '^[0-9]+%: Checks' "$f" | tail -1)"
-  grep -E 'Failure|Error|:F:|:E:' "$f" | head -4
-done
+dev_summary "$O"/chk-*.txt
 echo "checked at ${SECONDS}s"
 read -r -a extra <<< "${ARGS:---context 4096 --prefill 0 --iters 20}"
 for r in $(seq "${ROUNDS:-2}"); do
