@@ -98,40 +98,45 @@ struct head_job {
   float best;
   int64_t arg;
   float *logits;
+  int nan; /* a row's logit was NaN */
 };
 
 static void *head_worker(void *p) {
   struct head_job *j = p;
   j->best = -INFINITY;
   j->arg = -1;
+  j->nan = 0;
   for (int64_t r = j->r0; r < j->r1; r++) {
     float v = rt_lin_dot(j->L, r, j->x);
     if (j->logits) j->logits[r] = v;
     if (v > j->best || j->arg < 0) j->best = v, j->arg = r;
+    j->nan |= v != v;
   }
   return NULL;
 }
 
-/* best (NULL: not wanted): the chosen row's logit; NaN where the row's logit is NaN (a NaN is never above
- * another logit, so the first row of each thread's share holds it when all are NaN) */
+/* best (NULL: not wanted): the chosen row's logit, or NaN where any row's logit is NaN (a NaN is never above
+ * another logit, so the comparisons alone would see one only in the first row of a thread's share) */
 int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits, float *best_out) {
   enum { NT = 2 };
   struct head_job jobs[NT];
   pthread_t tid[NT];
   int started[NT] = {0};
   for (int t = 0; t < NT; t++) {
-    jobs[t] = (struct head_job){L, x, L->rows * t / NT, L->rows * (t + 1) / NT, 0, -1, logits};
+    jobs[t] = (struct head_job){L, x, L->rows * t / NT, L->rows * (t + 1) / NT, 0, -1, logits, 0};
     if (t > 0) started[t] = pthread_create(&tid[t], NULL, head_worker, &jobs[t]) == 0;
     if (t > 0 && !started[t]) head_worker(&jobs[t]);
   }
   head_worker(&jobs[0]);
   int64_t arg = jobs[0].arg;
   float best = jobs[0].best;
+  int nan = jobs[0].nan;
   for (int t = 1; t < NT; t++) {
     if (started[t]) pthread_join(tid[t], NULL);
     if (jobs[t].best > best) best = jobs[t].best, arg = jobs[t].arg; /* ties keep the lower row */
+    nan |= jobs[t].nan;
   }
-  if (best_out) *best_out = best;
+  if (best_out) *best_out = nan ? NAN : best;
   return arg;
 }
 

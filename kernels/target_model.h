@@ -48,14 +48,15 @@ static inline const char *mtpq__target_name(const struct mtpq_target *t) {
   return t->repo ? mtpq_repo_dir(t->repo) : "synthetic target";
 }
 
-/* the error of a forward whose largest logit (best) is not finite: NaN or inf in the target's weights or
- * state spread to its logits, and a token chosen from them would be garbage (pos: the token's position) */
-static inline enum mtpq_status mtpq__target_nonfinite(const struct mtpq_target *t, int64_t pos, float best,
+/* the error of a forward with a logit that is NaN or +inf (or whose logits are all -inf; v: that logit): NaN or
+ * inf in the target's weights or state spread to its logits, and a token chosen from them would be garbage
+ * (pos: the token's position). Both backends see every NaN, whatever its place and sign bit (rt_head_argmax,
+ * rt_argmax_key) */
+static inline enum mtpq_status mtpq__target_nonfinite(const struct mtpq_target *t, int64_t pos, float v,
                                                       struct mtpq_err *err) {
   return mtpq_err_set(err, MTPQ_E_BAD_VALUE,
-                      "%s: position %lld: the largest logit is %g: NaN or inf in the target's weights reached its "
-                      "output",
-                      mtpq__target_name(t), (long long)pos, (double)best);
+                      "%s: position %lld: a logit is %g: NaN or inf in the target's weights reached its output",
+                      mtpq__target_name(t), (long long)pos, (double)v);
 }
 
 /* target.c: t->cfg's sizes into t, checked (dir names the model in errors) */

@@ -405,21 +405,33 @@ END_TEST
  * one backend; against the CPU a near-tie may round the other way), and
  * the acceptance of the four decoded alone. */
 /* NaN or inf in the weights reaching the logits: the CUDA step and verify fail as the CPU's do (MTPQ_E_BAD_VALUE,
- * the target and position named, no token); the weights go up at the first CUDA sequence, after the poke */
+ * the target and position named, no token): every logit NaN or inf (the final norm's weight), or one head row's
+ * logit NaN, positive mid-vocabulary or negative at row 1 (an argmax key that ordered NaNs by their bits would
+ * put the negative one below every logit); the weights go up at the first CUDA sequence, after the poke */
 START_TEST(test_nonfinite_logits) {
   struct mtpq_err err = {0};
-  for (int k = 0; k < 2; k++) {
+  static uint16_t head[1000 * 256]; /* (small_nvidia's vocabulary x hidden, BF16) */
+  for (int k = 0; k < 4; k++) {
     struct mtpq_target *t = NULL;
     ck_assert_msg(mtpq_target_synth(small_nvidia, MTPQ_SYNTH_NVIDIA, 7, &t, &err) == MTPQ_OK, "%s", err.msg);
-    t->final_norm[5] = k ? INFINITY : NAN;
+    if (k < 2) {
+      t->final_norm[5] = k ? INFINITY : NAN;
+    } else {
+      ck_assert(t->head.f == LIN_BF16 && t->head.rows * t->head.cols == 1000 * 256);
+      memcpy(head, t->head.w, sizeof head);
+      head[(k == 2 ? 613 : 1) * 256 + 9] = k == 2 ? 0x7FC0 : 0xFFC0;
+      t->head.w = (const unsigned char *)head;
+    }
     struct mtpq_target_seq *s = NULL;
     ck_assert_msg(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, 16, 4, &s, &err) == MTPQ_OK, "%s", err.msg);
     int32_t tok[4] = {-7, -7, -7, -7};
     const int32_t in[4] = {3, 4, 5, 6};
-    ck_assert_int_eq(k ? mtpq_target_verify(s, 4, in, NULL, tok, &err) : mtpq_target_step(s, 3, NULL, NULL, tok, &err),
+    ck_assert_int_eq(k & 1 ? mtpq_target_verify(s, 4, in, NULL, tok, &err)
+                           : mtpq_target_step(s, 3, NULL, NULL, tok, &err),
                      MTPQ_E_BAD_VALUE);
     ck_assert_int_eq(tok[0], -7);
-    ck_assert_msg(strstr(err.msg, "synthetic target: position 0: the largest logit is ") &&
+    ck_assert_msg(strstr(err.msg, k == 1 ? "synthetic target: position 0: a logit is inf: "
+                                         : "synthetic target: position 0: a logit is nan: ") &&
                       strstr(err.msg, "NaN or inf in the target's weights"),
                   "%s", err.msg);
     mtpq_target_seq_close(s);

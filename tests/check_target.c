@@ -463,10 +463,12 @@ START_TEST(test_synthetic) {
 END_TEST
 
 /* NaN or inf in a target's weights that reach its logits: the step fails with MTPQ_E_BAD_VALUE, the target and
- * the position named, and no token (a token chosen from NaN logits would be row 0, silently) */
+ * the position named, and no token (a token chosen from NaN logits would be row 0, silently), whether every
+ * logit is NaN or inf or one row's is NaN, wherever that row is and whatever its sign bit */
 START_TEST(test_nonfinite_logits) {
   struct mtpq_err err = {0};
-  for (int k = 0; k < 2; k++) {
+  static uint16_t head[100 * 64]; /* (small_cfg's vocabulary x hidden, BF16) */
+  for (int k = 0; k < 4; k++) {
     struct mtpq_target *t = NULL;
     ck_assert_msg(mtpq_target_synth(small_cfg, MTPQ_SYNTH_BF16, 5, &t, &err) == MTPQ_OK, "%s", err.msg);
     struct mtpq_target_seq *s = NULL;
@@ -474,11 +476,19 @@ START_TEST(test_nonfinite_logits) {
     int32_t tok = -7;
     ck_assert_msg(mtpq_target_step(s, 3, NULL, NULL, &tok, &err) == MTPQ_OK, "%s", err.msg);
     ck_assert(tok >= 0);
-    t->final_norm[5] = k ? INFINITY : NAN; /* (1 + w) x: the norm's output, then every logit */
+    if (k < 2) {
+      t->final_norm[5] = k ? INFINITY : NAN; /* (1 + w) x: the norm's output, then every logit */
+    } else { /* one logit NaN: a row inside the second head thread's share (+NaN), the first share's row 1 (-NaN) */
+      ck_assert(t->head.f == LIN_BF16 && t->head.rows * t->head.cols == 100 * 64);
+      memcpy(head, t->head.w, sizeof head);
+      head[(k == 2 ? 77 : 1) * 64 + 9] = k == 2 ? 0x7FC0 : 0xFFC0;
+      t->head.w = (const unsigned char *)head;
+    }
     tok = -7;
     ck_assert_int_eq(mtpq_target_step(s, 4, NULL, NULL, &tok, &err), MTPQ_E_BAD_VALUE);
     ck_assert_int_eq(tok, -7);
-    ck_assert_msg(strstr(err.msg, "synthetic target: position 1: the largest logit is ") &&
+    ck_assert_msg(strstr(err.msg, k == 1 ? "synthetic target: position 1: a logit is inf: "
+                                         : "synthetic target: position 1: a logit is nan: ") &&
                       strstr(err.msg, "NaN or inf in the target's weights"),
                   "%s", err.msg);
     mtpq_target_seq_close(s);

@@ -118,7 +118,7 @@ __device__ __forceinline__ float rt_warp_sum(float v) {
 
 // ordered float bits << 32 | ~row: the max key is the largest logit, ties to the lower row
 __device__ __forceinline__ unsigned long long rt_argmax_key(float v, uint32_t row) {
-  uint32_t b = __float_as_uint(v);
+  uint32_t b = v != v ? 0x7FFFFFFFu : __float_as_uint(v); // every NaN as the largest positive one
   b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
   return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
 }
