@@ -116,9 +116,11 @@ __device__ __forceinline__ float rt_warp_sum(float v) {
   return v;
 }
 
-// ordered float bits << 32 | ~row: the max key is the largest logit, ties to the lower row
+// ordered float bits << 32 | ~row: the max key is the largest logit, ties to the lower row; every NaN, whatever
+// its sign bit, is keyed as the largest positive NaN, above +inf, so a NaN anywhere is the max (the target's
+// non-finite check, mtpq__target_nonfinite, sees it)
 __device__ __forceinline__ unsigned long long rt_argmax_key(float v, uint32_t row) {
-  uint32_t b = v != v ? 0x7FFFFFFFu : __float_as_uint(v); // every NaN as the largest positive one
+  uint32_t b = v != v ? 0x7FFFFFFFu : __float_as_uint(v);
   b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
   return ((unsigned long long)b << 32) | (0xFFFFFFFFu - row);
 }
