@@ -20,7 +20,7 @@ float rt_sigm(float x);
 float rt_silu(float x);
 void rt_rope(float *x, int64_t rot, int64_t pos, float theta);
 /* argmax over L's rows of L x (ties to the lower row); logits: all of them, or NULL; best: the chosen row's
- * logit (NaN if a NaN was met first in a thread's share of the rows), or NULL */
+ * logit (NaN if any row's logit is NaN), or NULL */
 int64_t rt_head_argmax(const struct lin *L, const float *x, float *logits, float *best);
 
 /* Gated full attention (mtp-architecture.md 2.3): q|gate interleaved per

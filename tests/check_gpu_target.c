@@ -39,6 +39,7 @@
 #include "kernels/target_model.h"
 #include "kernels/traces.h"
 #include "quant/gpu_quant.h"
+#include "nonfinite.h"
 #include "testutil.h"
 
 #define TOL 1e-3
@@ -414,14 +415,7 @@ START_TEST(test_nonfinite_logits) {
   for (int k = 0; k < 4; k++) {
     struct mtpq_target *t = NULL;
     ck_assert_msg(mtpq_target_synth(small_nvidia, MTPQ_SYNTH_NVIDIA, 7, &t, &err) == MTPQ_OK, "%s", err.msg);
-    if (k < 2) {
-      t->final_norm[5] = k ? INFINITY : NAN;
-    } else {
-      ck_assert(t->head.f == LIN_BF16 && t->head.rows * t->head.cols == 1000 * 256);
-      memcpy(head, t->head.w, sizeof head);
-      head[(k == 2 ? 613 : 1) * 256 + 9] = k == 2 ? 0x7FC0 : 0xFFC0;
-      t->head.w = (const unsigned char *)head;
-    }
+    nonfinite_poke(t, k, 613, head, 1000 * 256);
     struct mtpq_target_seq *s = NULL;
     ck_assert_msg(mtpq_target_seq_open(t, MTPQ_BACKEND_CUDA, 16, 4, &s, &err) == MTPQ_OK, "%s", err.msg);
     int32_t tok[4] = {-7, -7, -7, -7};

@@ -21,6 +21,7 @@
 #include "kernels/target_model.h"
 #include "kernels/traces.h"
 #include "quant/numerics.h"
+#include "nonfinite.h"
 #include "testutil.h"
 
 static const char *models[] = {MTPQ_TESTDATA "/target/hybrid-next", MTPQ_TESTDATA "/target/hybrid-35",
@@ -476,14 +477,8 @@ START_TEST(test_nonfinite_logits) {
     int32_t tok = -7;
     ck_assert_msg(mtpq_target_step(s, 3, NULL, NULL, &tok, &err) == MTPQ_OK, "%s", err.msg);
     ck_assert(tok >= 0);
-    if (k < 2) {
-      t->final_norm[5] = k ? INFINITY : NAN; /* (1 + w) x: the norm's output, then every logit */
-    } else { /* one logit NaN: a row inside the second head thread's share (+NaN), the first share's row 1 (-NaN) */
-      ck_assert(t->head.f == LIN_BF16 && t->head.rows * t->head.cols == 100 * 64);
-      memcpy(head, t->head.w, sizeof head);
-      head[(k == 2 ? 77 : 1) * 64 + 9] = k == 2 ? 0x7FC0 : 0xFFC0;
-      t->head.w = (const unsigned char *)head;
-    }
+    /* (k >= 2: row 77 lies inside the second head thread's share, row 1 in the first's) */
+    nonfinite_poke(t, k, 77, head, 100 * 64);
     tok = -7;
     ck_assert_int_eq(mtpq_target_step(s, 4, NULL, NULL, &tok, &err), MTPQ_E_BAD_VALUE);
     ck_assert_int_eq(tok, -7);

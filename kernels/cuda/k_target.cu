@@ -115,6 +115,12 @@ __global__ void k_t_kv(tk_attn_args A) {
   RT_TL_END();
 }
 
+// the forward's split length for sequence call cl (T: the forward's tokens, both grids' y): k_t_attn splits by
+// it and k_t_comb merges by it, so both take it from here
+__device__ __forceinline__ int64_t tk_split_len(const tk_attn_args &A, const tcall &cl, int T) {
+  return ta_run(cl.pos0 + A.c.Tn, ta_runs(A.slots, A.Nkv, T));
+}
+
 // grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head kv,
 // token t, over its sequence's cached positions [s C, (s + 1) C) (C: ta_run
 // of the sequence's length after the call) up to its own, so each cached row
@@ -133,7 +139,7 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const tcall &cl = A.c.c[t / A.c.Tn]; // (copied in before the forward's first kernel: read before the wait)
   const uint16_t *kc = cl.kc[A.c.layer], *vc = cl.vc[A.c.layer];
-  const int64_t C = ta_run(cl.pos0 + A.c.Tn, ta_runs(A.slots, A.Nkv, gridDim.y)), pos = cl.pos0 + t % A.c.Tn, lo = (int64_t)s * C;
+  const int64_t C = tk_split_len(A, cl, gridDim.y), pos = cl.pos0 + t % A.c.Tn, lo = (int64_t)s * C;
   if (lo > pos) {
     RT_TL_END();
     return;
@@ -259,8 +265,7 @@ __global__ void __launch_bounds__(256) k_t_comb(tk_attn_args A) {
   RT_TL_START();
   const int h = blockIdx.x, t = blockIdx.y, D = A.D, tid = threadIdx.x, nt = blockDim.x;
   const tcall &cl = A.c.c[t / A.c.Tn];
-  const int64_t C = ta_run(cl.pos0 + A.c.Tn, ta_runs(A.slots, A.Nkv, gridDim.y)); // (k_t_attn's)
-  const int n1 = (int)((cl.pos0 + t % A.c.Tn) / C) + 1, ns = n1 < A.NS ? n1 : A.NS;
+  const int n1 = (int)((cl.pos0 + t % A.c.Tn) / tk_split_len(A, cl, gridDim.y)) + 1, ns = n1 < A.NS ? n1 : A.NS;
   rt_wait();
   const int64_t o = ((int64_t)(t * A.Nq + h)) * A.NS;
   const bool on = tid < D;
