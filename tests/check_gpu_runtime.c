@@ -132,6 +132,7 @@ static const struct {
     {NULL, NULL, "glu=0"},       /* the routed gate/up as separate matrices, then k_swiglu */
     {"0", NULL, NULL},           /* MTPQ_CUDA_GRAPHS=0: the kernels launched one by one */
     {NULL, "0", NULL},           /* MTPQ_CUDA_PDL=0: no programmatic dependent launch */
+    {NULL, NULL, "mvs=1"},       /* one-token NVFP4 products streamed wherever k_mvs applies (default: past a wave) */
 };
 static const char *knob_now = "defaults";
 #define NKNOB (sizeof knobs / sizeof knobs[0])
@@ -315,10 +316,14 @@ START_TEST(test_random_shapes) {
        r10 with the stock BF16 heads on k_head_mma at 5..8 tokens (by
        default there through cuBLASLt), r0, r3 (hidden 200) and r5 with them
        through cuBLASLt at every token count; r0 and r6 (routed gate/up of
-       960 rows) with separate gate and up matrices */
+       960 rows) with separate gate and up matrices; r0, r1 (320 columns:
+       lanes idle in the band) and r2 with the quantized drafter's routed
+       gate/up streamed at every token count (k_mvs; by default only where
+       k_mv would take more than a wave: r7's 1,024-row pairs from 2 tokens
+       on) */
     const int others = (k >= 5 ? 1 : 0) | (k == 0 || k == 4 ? 2 | 4 : 0) | (k == 0 ? 8 | 256 | 512 : 0) |
                        (k == 0 || k == 10 ? 16 : 0) | (k == 0 || k == 5 || k == 10 ? 32 : 0) |
-                       (k == 0 || k == 3 || k == 5 ? 64 : 0) | (k == 0 || k == 6 ? 128 : 0);
+                       (k == 0 || k == 3 || k == 5 ? 64 : 0) | (k == 0 || k == 6 ? 128 : 0) | (k <= 2 ? 1024 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */

@@ -17,7 +17,7 @@
 //   shared expert   gate/up, k_swiglu, down on a second stream                k_mv.cu, k_ops.cu
 //   router          launch_mv (router + shared expert gate)                   k_mv.cu, k_dmma.cu
 //   k_route         softmax + top-k + weights                                 k_ops.cu
-//   experts gate/up launch_mv, routed row pairs with SwiGLU                   k_mv.cu
+//   experts gate/up launch_mv, routed row pairs with SwiGLU                   k_mv.cu, k_mvs.cu
 //   experts down    launch_mv, the routed experts' weighted sum               k_mv.cu
 //   k_final         residual + final norm (+ the cuBLASLt head's x pieces)    k_ops.cu
 // and in a draft chain after each step:
@@ -101,6 +101,7 @@ struct mv_launch {
   int64_t rows = 0, cols = 0; // the most rows of any task: the grid covers them; cols: task 0's
   int fl = 0;                 // k_mv's RT_MV_* flags
   bool plain = false;         // every task one unrouted term, plain y, all of one cols: k_dmma may take it
+  bool unif = false;          // every task one term, of task 0's rows and cols: k_mvs may take it
   std::vector<int64_t> trows; // rows of each task
 };
 
@@ -288,6 +289,9 @@ enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_lau
 void launch_mv(gpu_session *g, const mv_launch &m);
 // k_mv.cu: any product on the FFMA kernels
 void mv_ffma_launch(gpu_session *g, const mv_launch &m);
+// k_mvs.cu: a one-token NVFP4 launch on the streamed kernel; false where it does not apply or is not chosen
+// (big: k_mv would take more than one wave)
+bool mvs_launch(gpu_session *g, const mv_launch &m, bool big);
 // k_head.cu, k_dmma.cu: false where the launch does not fit them
 bool head_mma_launch(gpu_session *g, const mv_launch &m);
 bool dmma_launch(gpu_session *g, const mv_launch &m);

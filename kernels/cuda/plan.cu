@@ -21,13 +21,14 @@ enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_lau
   if (st) return st;
   CK(cudaMemcpy(m->dev, v.data(), v.size() * sizeof(mv_task), cudaMemcpyHostToDevice));
   m->nbmax = 0, m->rows = 0, m->glu = v[0].glu != 0, m->best = v[0].best != nullptr, m->groups = 0;
-  m->plain = true; // (each task below, v[0] included)
-  const int64_t cols0 = g->w.host[v[0].t[0].lin].cols;
+  m->plain = m->unif = true; // (each task below, v[0] included)
+  const int64_t cols0 = g->w.host[v[0].t[0].lin].cols, rows0 = g->w.host[v[0].t[0].lin].rows;
   m->cols = cols0; // (task 0's)
   for (const mv_task &t : v) {
     const dlin &L0 = g->w.host[t.t[0].lin];
     m->plain = m->plain && t.nterm == 1 && t.t[0].sel_k < 0 && !t.t[0].w && !t.glu && !t.best && t.y &&
                L0.cols == cols0;
+    m->unif = m->unif && t.nterm == 1 && L0.cols == cols0 && L0.rows == rows0;
     m->nbmax = t.nb > m->nbmax ? t.nb : m->nbmax;
     const int gr = t.nterm * (int)((L0.cols + 511) / 512);
     m->groups = !m->groups || gr < m->groups ? gr : m->groups;
@@ -106,7 +107,8 @@ enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
 
 // A product launch on the kernel that takes it: the head on tensor cores
 // where its shape allows (k_head.cu), plain dense products at 2..8 tokens on
-// k_dmma (k_dmma.cu), everything else on k_mv's FFMA kernels (k_mv.cu). Why
+// k_dmma (k_dmma.cu), everything else on k_mv's FFMA kernels (k_mv.cu; its
+// one-token NVFP4 launches of more than a wave on k_mvs.cu's streamed one). Why
 // not tensor cores for the one-token dense products: each kernel was faster
 // alone, the step was not (ledger 6).
 void launch_mv(gpu_session *g, const mv_launch &m) {

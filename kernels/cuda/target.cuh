@@ -21,7 +21,8 @@
 //     k_t_addnorm   residual + post-attention norm
 //     MoE: router (+ shared_expert_gate) launch_mv, k_route (the drafter's: softmax, top-k, weights),
 //          gate/up of each (token, expert) + the shared expert's launch_mv (row pairs, SwiGLU in the
-//          product; separate matrices + k_t_swiglu with MTPQ_CUDA_TUNE=glu=0 or unmatched shapes),
+//          product; separate matrices + k_t_swiglu with MTPQ_CUDA_TUNE=glu=0 or unmatched shapes; from two
+//          tokens on, NVFP4, streamed through k_mvs),
 //          down launch_mv (routed experts and the shared expert summed with their weights)
 //     dense: gate/up launch_mv, k_t_swiglu, down launch_mv
 //     k_t_addnorm   residual + the next layer's input norm (the final norm after the last)

@@ -12,7 +12,7 @@
  * (tests/check_gpu_runtime.c, its table runs every key) and a person
  * diagnosing a wrong result force it on any shape. Defaults are the
  * measured choices (tests/bench/LEDGER.md has the numbers: graphs and PDL
- * 25, head_mma 14, dmma 13, glu 23, lt 2, attn_ring and attn_x 12, kv_ef 18).
+ * 25, head_mma 14, dmma 13, glu 23, lt 2, attn_ring and attn_x 12, kv_ef 18, mvs 62).
  *
  *   head_mma=0|1     1: the FP8/BF16 head on tensor cores where the shape
  *                    allows (k_head_dyn, k_head_mma); 0: the FFMA head (k_mv)
@@ -28,6 +28,9 @@
  *   attn_x=0..65536  ring blocks per (KV head, token); 0 (default): a wave
  *   kv_ef=-1|0|1     cached K/V copied evict-first: -1 (default) past half
  *                    of L2, 0 never, 1 always
+ *   mvs=-1|0|1       one-token NVFP4 products (the experts' gate/up) on the
+ *                    streamed kernel (k_mvs): -1 (default) where k_mv would
+ *                    take more than one wave, 0 never, 1 wherever it applies
  *
  * An unknown key, a missing '=', or a value that is not an integer in its
  * range is refused with a message naming it; the description of what is in
@@ -48,6 +51,7 @@ struct mtpq_cuda_tune {
   int graphs, pdl;                        /* kill switches: 1 on (default), 0 off */
   int head_mma, dmma, glu, lt;            /* tuning keys, see above */
   int attn_ring, attn_x, kv_ef;
+  int mvs;
 };
 
 /* The defaults. */
