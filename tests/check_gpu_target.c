@@ -10,7 +10,8 @@
  *   - a verify of T = 4 tokens, then accepting slot j and one more token,
  *     equals the CPU decoding the first j + 1 tokens and that token, for
  *     every j (the state slots on the device); on the synthetic NVFP4
- *     target again with the experts' gate/up streamed (MTPQ_CUDA_TUNE=mvs=1);
+ *     target again with the experts' gate/up streamed (MTPQ_CUDA_TUNE=mvs=1),
+ *     and on one with wider experts, streamed by default (wide_nvidia);
  *   - one target past 256 cached positions (attention in several splits);
  *   - sequences verified together (mtpq_target_verify_many: one forward of
  *     several sequences) equal each verified alone, states included;
@@ -77,6 +78,18 @@ static const char *small_fp8 =
     "\"linear_key_head_dim\": 32, \"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, "
     "\"tie_word_embeddings\": true}";
 
+/* small_nvidia with experts of 512 (1,024-row gate/up pairs) top-8 of 16: at T = 4 the gate/up's 36 one-token
+ * tasks (32 units of 32 rows each) take more than one wave of k_mv, so k_mvs runs them by default, and each block
+ * takes 8 or 9 units: its ring of 4 stages is refilled twice (the test targets above fit a block's units in one
+ * fill) */
+static const char *wide_nvidia =
+    "{\"model_type\": \"qwen3_next\", \"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 64, \"vocab_size\": 1000, \"moe_intermediate_size\": 512, "
+    "\"shared_expert_intermediate_size\": 512, \"num_experts\": 16, \"num_experts_per_tok\": 8, \"rms_norm_eps\": "
+    "1e-6, \"rope_theta\": 10000000, \"partial_rotary_factor\": 0.25, \"full_attention_interval\": 2, "
+    "\"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 64, "
+    "\"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, \"tie_word_embeddings\": false}";
+
 /* P: tokens of the token-by-token prefill; PG: of the GEMM prefill (0: P, at least 40); PO: the GEMM prefill
  * prompt's offset, the first at which the CPU, its FP8 and NVFP4 experts given FP16 inputs as the prefill
  * gives them, routes none of its tokens within ROUTE_TIE of a tie (found with mtpq_target_seq_route_margin; the
@@ -116,9 +129,11 @@ static int wanted(int i) {
 static struct mtpq_target *open_case(const struct tcase *c) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = NULL;
-  enum mtpq_status st = c->dir
-                            ? mtpq_target_open(c->dir, &t, &err)
-                            : mtpq_target_synth(c->f == MTPQ_SYNTH_FP8 ? small_fp8 : small_nvidia, c->f, 7, &t, &err);
+  enum mtpq_status st = c->dir ? mtpq_target_open(c->dir, &t, &err)
+                               : mtpq_target_synth(c->synth                 ? c->synth
+                                                   : c->f == MTPQ_SYNTH_FP8 ? small_fp8
+                                                                            : small_nvidia,
+                                                   c->f, 7, &t, &err);
   ck_assert_msg(st == MTPQ_OK, "%s: %s", c->name, err.msg);
   return t;
 }
@@ -322,6 +337,14 @@ START_TEST(test_verify_slots) {
 }
 END_TEST
 
+/* verify_slots on wide_nvidia with the default settings: the gate/up at T = 4 on k_mvs, every block's ring
+ * refilled (each stage's barriers past their first phase) */
+START_TEST(test_verify_streamed_wide) {
+  const struct tcase c = {"synthetic NVIDIA NVFP4, wide experts", NULL, wide_nvidia, MTPQ_SYNTH_NVIDIA, 24, 0, 0};
+  verify_slots(&c, " (streamed experts, refilled rings)");
+}
+END_TEST
+
 /* the same with every one-token NVFP4 product the streamed kernel takes on it (MTPQ_CUDA_TUNE=mvs=1; by
  * default only launches too large for one wave of k_mv, which no test target has): the experts' gate/up of
  * the synthetic NVIDIA target, 256-row pair matrices of 256 columns (half the lanes idle in the band) */
@@ -512,6 +535,7 @@ int main(void) {
   tcase_add_test(tc, test_batch_lossless);
   tcase_add_test(tc, test_prefill_gemm_separate);
   tcase_add_test(tc, test_verify_streamed);
+  tcase_add_test(tc, test_verify_streamed_wide);
   tcase_add_test(tc, test_nonfinite_logits);
   suite_add_tcase(s, tc);
   return tu_run_suite(s, 1);
