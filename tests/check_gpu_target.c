@@ -80,8 +80,8 @@ static const char *small_fp8 =
 
 /* small_nvidia with experts of 512 (1,024-row gate/up pairs) top-8 of 16: at T = 4 the gate/up's 36 one-token
  * tasks (32 units of 32 rows each) take more than one wave of k_mv, so k_mvs runs them by default, and each block
- * takes 8 or 9 units: its ring of 4 stages is refilled twice (the test targets above fit a block's units in one
- * fill) */
+ * (one an SM: 132 on an H100) takes 8 or 9 units, so every stage of its ring of 4 is refilled (the test targets
+ * above fit a block's units in one fill) */
 static const char *wide_nvidia =
     "{\"model_type\": \"qwen3_next\", \"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
     "\"num_key_value_heads\": 2, \"head_dim\": 64, \"vocab_size\": 1000, \"moe_intermediate_size\": 512, "
@@ -346,7 +346,7 @@ START_TEST(test_verify_streamed_wide) {
 END_TEST
 
 /* the same with every one-token NVFP4 product the streamed kernel takes on it (MTPQ_CUDA_TUNE=mvs=1; by
- * default only launches too large for one wave of k_mv, which no test target has): the experts' gate/up of
+ * default only launches too large for one wave of k_mv, which small_nvidia has none of): the experts' gate/up of
  * the synthetic NVIDIA target, 256-row pair matrices of 256 columns (half the lanes idle in the band) */
 START_TEST(test_verify_streamed) {
   struct mtpq_err err = {0};
