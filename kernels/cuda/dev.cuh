@@ -222,6 +222,25 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
   }
 }
 
+// x[0..15] from p (16-byte aligned) through the read-only path: a lane's 16 columns of a band
+__device__ __forceinline__ void rt_ld_x16(const float *p, float (&x)[16]) {
+  const float4 *q = reinterpret_cast<const float4 *>(p);
+#pragma unroll
+  for (int e4 = 0; e4 < 4; e4++) {
+    const float4 v = __ldg(q + e4);
+    x[4 * e4] = v.x, x[4 * e4 + 1] = v.y, x[4 * e4 + 2] = v.z, x[4 * e4 + 3] = v.w;
+  }
+}
+
+// a lane's 16 decoded weights times its 16 x, summed in column order (k_mv's and k_mvs's partial sum: one
+// order, so the two kernels give the same bits)
+__device__ __forceinline__ float rt_dot16(const float (&w)[16], const float (&x)[16]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 16; e++) s = fmaf(w[e], x[e], s);
+  return s;
+}
+
 // A k_mv grid of one row (fg.n > 0): task t's row blocks are blocks
 // off[t] .. off[t + 1] - 1, so each task has only the blocks its rows need.
 // The grid (row blocks, tasks) covers the largest task for every task: for

@@ -93,15 +93,8 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
       if (!(g0 + v < ngw && c0 < cols)) continue;
       float xv[NB][16];
 #pragma unroll
-      for (int j = 0; j < NB; j++) {
-        if (j >= nb) continue;
-        const float4 *p = reinterpret_cast<const float4 *>(tm[k].x + j * xs + c0);
-#pragma unroll
-        for (int e4 = 0; e4 < 4; e4++) {
-          const float4 x = __ldg(p + e4);
-          xv[j][4 * e4] = x.x, xv[j][4 * e4 + 1] = x.y, xv[j][4 * e4 + 2] = x.z, xv[j][4 * e4 + 3] = x.w;
-        }
-      }
+      for (int j = 0; j < NB; j++)
+        if (j < nb) rt_ld_x16(tm[k].x + j * xs + c0, xv[j]);
       // the term weight of even and odd rows (the same but in a gate/up pair
       // matrix, whose row sets start even: R is even there); NVFP4: rt_decode16's 2^-14 undone
       const float wt0 = F == 2 ? Wt[k] * 16384.0f : Wt[k], wt1 = F == 2 ? Wt2[k] * 16384.0f : Wt2[k];
@@ -111,13 +104,8 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
         float w[16];
         rt_decode16<F>(raw[v * R + i], sb[v * R + i], w);
 #pragma unroll
-        for (int j = 0; j < NB; j++) {
-          if (j >= nb) continue;
-          float s = 0.0f;
-#pragma unroll
-          for (int e = 0; e < 16; e++) s = fmaf(w[e], xv[j][e], s);
-          acc[i][j] = fmaf(i & 1 ? wt1 : wt0, s, acc[i][j]);
-        }
+        for (int j = 0; j < NB; j++)
+          if (j < nb) acc[i][j] = fmaf(i & 1 ? wt1 : wt0, rt_dot16(w, xv[j]), acc[i][j]);
       }
     }
   }

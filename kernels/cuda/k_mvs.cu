@@ -131,13 +131,7 @@ __global__ void __launch_bounds__(MVS_NT, 1)
 #pragma unroll
       for (int bd = 0; bd < MVS_MAXB; bd++) {
         const int c0 = bd * 512 + lane * 16;
-        if (bd >= nband || c0 >= cols) continue;
-        const float4 *p = reinterpret_cast<const float4 *>(T.x + c0);
-#pragma unroll
-        for (int e4 = 0; e4 < 4; e4++) {
-          const float4 x = __ldg(p + e4);
-          xv[bd][4 * e4] = x.x, xv[bd][4 * e4 + 1] = x.y, xv[bd][4 * e4 + 2] = x.z, xv[bd][4 * e4 + 3] = x.w;
-        }
+        if (bd < nband && c0 < cols) rt_ld_x16(T.x + c0, xv[bd]);
       }
     }
     mvs_wait(&full[s], (unsigned)(i / MVS_NS) & 1);
@@ -157,10 +151,7 @@ __global__ void __launch_bounds__(MVS_NT, 1)
         const uint4 raw = make_uint4(v.x, v.y, 0, 0);
         float w[16];
         rt_decode16<2>(&raw, sb, w);
-        float sum = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 16; e++) sum = fmaf(w[e], xv[bd][e], sum);
-        acc[h] = fmaf(h & 1 ? T.wt1 : T.wt0, sum, acc[h]);
+        acc[h] = fmaf(h & 1 ? T.wt1 : T.wt0, rt_dot16(w, xv[bd]), acc[h]);
       }
     }
     __syncwarp();
