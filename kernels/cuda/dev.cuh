@@ -168,16 +168,22 @@ __device__ __forceinline__ void rt_load16(const uint8_t *w, const uint8_t *sc, u
   }
 }
 
-// NVFP4 weights (k, k + 4) of the 8 in word q (element e in bits 4e..4e+3)
-// as the half pair value * 2^-14, built from their bits alone: the nibble's
-// sign to bit 15, its exponent and mantissa (e1 e0 m) to bits 11..9. A half
-// with exponent field e and mantissa m * 512 is 2^(e-15) (1 + m/2) for e > 0
-// and m * 2^-15 for e == 0, which is the E2M1 value times 2^-14 in both cases
-// (subnormal included), so no table and no per-nibble branch.
-template <int K> __device__ __forceinline__ __half2 rt_e2m1x2_biased(uint32_t q) {
-  const uint32_t t = q << (12 - 4 * K);
-  const uint32_t h = (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
-  return *reinterpret_cast<const __half2 *>(&h); // (a __half2_raw built from the halves costs a PRMT and a shift)
+// The 8 NVFP4 weights of word q (element e in bits 4e .. 4e + 3) as E4M3
+// codes of the value times 2^-6, built from their bits alone: the nibble's
+// sign to bit 7, its exponent and mantissa (e1 e0 m) to bits 4 .. 2, so the
+// code's exponent field is e and its mantissa m00: 2^(e-7) (1 + m/2) for
+// e > 0 and m 2^-7 for e == 0, the E2M1 value times 2^-6 in both cases
+// (subnormal included; never a NaN code). Elements 0, 2, 4, 6 in the bytes
+// of ev, 1, 3, 5, 7 in those of od; one conversion (rt_e4m3h2) then makes
+// a half pair, no table and no per-nibble branch.
+__device__ __forceinline__ void rt_e2m1_e4m3(uint32_t q, uint32_t &ev, uint32_t &od) {
+  ev = ((q << 2) & 0x1C1C1C1Cu) | ((q << 4) & 0x80808080u);
+  od = ((q >> 2) & 0x1C1C1C1Cu) | (q & 0x80808080u);
+}
+
+// bytes 2j, 2j + 1 of v (E4M3 codes) as a half pair, exact
+__device__ __forceinline__ __half2 rt_e4m3h2(uint32_t v, int j) {
+  return __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(j ? v >> 16 : v & 0xFFFFu), __NV_E4M3));
 }
 
 // the two BF16 values of a 32-bit word (element 0 in the low half), widened
@@ -203,21 +209,23 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
       w[2 * i] = f.x, w[2 * i + 1] = f.y;
     }
   } else {
-    // w = E2M1 * E4M3 block scale * 2^-14, exact: the product has at most 6
-    // significant bits and lies in [2^-24, 6 * 448 * 2^-14], all of which half
-    // holds (its lowest bit, 2^-24, is the half subnormal step), so one HMUL2
-    // per pair; rt_terms puts the 2^14 back into the term weight (a power of
-    // two: the block sums are the unscaled ones times 2^-14, bit for bit,
-    // while |w x| stays above float's subnormal range)
+    // w = E2M1 * E4M3 block scale * 2^-6, exact: the product is a multiple
+    // of 2^-16 (E2M1 of 2^-1, the scale of 2^-9) below 6 * 448 * 2^-6 = 42,
+    // which half holds (its subnormal step is 2^-24), so one HMUL2 per pair;
+    // rt_terms puts the 2^6 back into the term weight (a power of two: the
+    // block sums are the unscaled ones times 2^-6, bit for bit, while |w x|
+    // stays above float's subnormal range)
     const __half2 s = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)sb, __NV_E4M3)));
     const uint32_t u[2] = {raw[0].x, raw[0].y};
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-      float2 f;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<0>(u[i]), s)), w[8 * i] = f.x, w[8 * i + 4] = f.y;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<1>(u[i]), s)), w[8 * i + 1] = f.x, w[8 * i + 5] = f.y;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<2>(u[i]), s)), w[8 * i + 2] = f.x, w[8 * i + 6] = f.y;
-      f = __half22float2(__hmul2(rt_e2m1x2_biased<3>(u[i]), s)), w[8 * i + 3] = f.x, w[8 * i + 7] = f.y;
+      uint32_t ev, od;
+      rt_e2m1_e4m3(u[i], ev, od);
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const float2 fe = __half22float2(__hmul2(rt_e4m3h2(ev, j), s)), fo = __half22float2(__hmul2(rt_e4m3h2(od, j), s));
+        w[8 * i + 4 * j] = fe.x, w[8 * i + 4 * j + 2] = fe.y, w[8 * i + 4 * j + 1] = fo.x, w[8 * i + 4 * j + 3] = fo.y;
+      }
     }
   }
 }

@@ -16,9 +16,9 @@
 // sums combine with shuffles only (no shared memory, no block barrier),
 // except where S warps share R rows (k_mv's S, one token: see there). FP8 decodes through the
 // hardware E4M3 -> half conversion (exact), NVFP4 by placing each nibble's
-// bits in a half and one HMUL2 by the block scale per pair (exact: see
-// rt_decode16; a shared-memory table before, about twice the instructions
-// per weight). Accumulation is float32;
+// bits in an E4M3 code, the same conversion, and one HMUL2 by the block
+// scale per pair (exact: see rt_decode16; a shared-memory table before,
+// about twice the instructions per weight). Accumulation is float32;
 // the order of the sums differs from the CPU reference, hence the tolerance
 // the tests state.
 #include "kernels/cuda/backend.cuh"
@@ -96,8 +96,8 @@ __device__ __forceinline__ void rt_terms(const dlin *Ls, const float *Wt, const 
       for (int j = 0; j < NB; j++)
         if (j < nb) rt_ld_x16(tm[k].x + j * xs + c0, xv[j]);
       // the term weight of even and odd rows (the same but in a gate/up pair
-      // matrix, whose row sets start even: R is even there); NVFP4: rt_decode16's 2^-14 undone
-      const float wt0 = F == 2 ? Wt[k] * 16384.0f : Wt[k], wt1 = F == 2 ? Wt2[k] * 16384.0f : Wt2[k];
+      // matrix, whose row sets start even: R is even there); NVFP4: rt_decode16's 2^-6 undone
+      const float wt0 = F == 2 ? Wt[k] * 64.0f : Wt[k], wt1 = F == 2 ? Wt2[k] * 64.0f : Wt2[k];
 #pragma unroll
       for (int i = 0; i < R; i++) {
         if (!(rok >> i & 1)) continue;

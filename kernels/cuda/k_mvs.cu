@@ -38,7 +38,7 @@ struct mvs_task { // a task as the block resolved it
   const uint8_t *w, *sc;
   const float *x;
   float *y;
-  float wt0, wt1; // the term weight of even and odd rows, times 2^14 (rt_decode16's 2^-14 undone)
+  float wt0, wt1; // the term weight of even and odd rows, times 2^6 (rt_decode16's 2^-6 undone)
 };
 
 __device__ __forceinline__ uint32_t mvs_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(MVS_NT, 1)
     const mv_task &T = tasks[t0 + tid];
     const mv_term m = T.t[0];
     const dlin L = tab[m.lin + (m.sel_k >= 0 ? sel[T.tok * RT_KST + m.sel_k] : 0)];
-    const float w = (m.w ? *m.w : 1.0f) * 16384.0f;
+    const float w = (m.w ? *m.w : 1.0f) * 64.0f;
     tk[tid] = mvs_task{L.w, L.sc, m.x, T.y, w * L.s, w * L.s2};
   }
   __syncthreads();
