@@ -69,6 +69,23 @@ dev_ncu() {
     --target "$2/t80" --drafter "$2/q80" --context 4096 --iters 40 > "$3/ncu-run.txt" 2>&1
 }
 
+# BUILD OUTDIR NAME KERNEL [bench-target options...]: ncu (clocks as they
+# run) on two launches of the kernels whose names match the regex KERNEL,
+# after SKIP of them (default 96: two forwards of one launch a layer), in
+# bench-target on the synthetic 80B shape (default options: 4K, verify T =
+# 4 only, no prefill, 3 steps); the log in OUTDIR/ncu-NAME.csv, its
+# figures (tests/bench/ncu_pick.py) on stdout
+dev_ncu_kernel() {
+  local b=$1 o=$2 n=$3 k=$4
+  shift 4
+  [ $# -gt 0 ] || set -- --context 4096 --verify 4 --prefill 0 --iters 3
+  timeout 150 ncu --clock-control none --kernel-name "regex:$k" --launch-skip "${SKIP:-96}" --launch-count 2 \
+    --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy \
+    --metrics smsp__inst_executed.sum,dram__bytes_read.sum --csv --page details "$b"/mtpq bench-target \
+    --synthetic qwen3-next-80b "$@" > "$o/ncu-$n.csv" 2> "$o/ncu-$n.err" || { tail -3 "$o/ncu-$n.err"; return 1; }
+  python3 tests/bench/ncu_pick.py "$o/ncu-$n.csv"
+}
+
 # BUILD OUTDIR SECONDS: the gpu suite (check_gpu, and check_gpu_runtime's
 # cases split over processes run at once: the tiny model's, then a random
 # shape each), at most SECONDS; a summary line each, logs in OUTDIR/t-*.txt
