@@ -186,6 +186,12 @@ __device__ __forceinline__ __half2 rt_e4m3h2(uint32_t v, int j) {
   return __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(j ? v >> 16 : v & 0xFFFFu), __NV_E4M3));
 }
 
+// the same for bytes 0 and 1 (the low one first) as the f16 pair's bits: an MMA fragment register
+__device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xFFFF), __NV_E4M3);
+  return (uint32_t)h.x | (uint32_t)h.y << 16;
+}
+
 // the two BF16 values of a 32-bit word (element 0 in the low half), widened
 // (BF16 weights here, the BF16 K/V cache rows in k_attn)
 __device__ __forceinline__ float2 rt_bf16x2(uint32_t u) {

@@ -131,12 +131,10 @@ template <int F> __device__ __forceinline__ void te_load(const uint8_t *row, con
 }
 
 // four E2M1 bytes (eight codes, the lower k in each byte's low nibble) as E4M3 bytes in k order, two words:
-// code (s, e1 e0, m) as the E4M3 byte s 000 e1 e0 m 00, whose value is the code's times 2^-6 exactly (exponent
-// field 0 is E4M3's subnormal step as it is E2M1's, so 0.5 comes out as 2^-7)
+// the codes of the values times 2^-6 (rt_e2m1_e4m3), even and odd codes interleaved back
 __device__ __forceinline__ void te_e2m1_e4m3(uint32_t w, uint32_t &lo4, uint32_t &hi4) {
-  const uint32_t a = w & 0x0F0F0F0Fu, b = (w >> 4) & 0x0F0F0F0Fu; // codes 0, 2, 4, 6 and 1, 3, 5, 7
-  const uint32_t ea = ((a << 2) & 0x1C1C1C1Cu) | ((a << 4) & 0x80808080u);
-  const uint32_t eb = ((b << 2) & 0x1C1C1C1Cu) | ((b << 4) & 0x80808080u);
+  uint32_t ea, eb; // codes 0, 2, 4, 6 and 1, 3, 5, 7
+  rt_e2m1_e4m3(w, ea, eb);
   lo4 = __byte_perm(ea, eb, 0x5140), hi4 = __byte_perm(ea, eb, 0x7362);
 }
 

@@ -89,12 +89,6 @@ __device__ __forceinline__ uint32_t rt_bf16pair(__nv_bfloat16 lo, __nv_bfloat16 
   return (uint32_t)__bfloat16_as_ushort(lo) | (uint32_t)__bfloat16_as_ushort(hi) << 16;
 }
 
-// two E4M3 bytes (the low one first) as an f16 pair, exact
-__device__ __forceinline__ uint32_t rt_e4m3x2_h2(uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xFFFF), __NV_E4M3);
-  return (uint32_t)h.x | (uint32_t)h.y << 16;
-}
-
 // The lane's (g = lane / 4, t = lane % 4) weights of bands b0 .. b0 + U - 1
 // of tile tl (16 rows), those below bhi: rows g and g + 8, columns 64 b +
 // 16 t .. + 15, NL 16-byte loads a row and band (FP8 1, BF16 2); zeros past
