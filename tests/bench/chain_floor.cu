@@ -33,6 +33,11 @@
 // the input read after it) queues behind the SM's own weight traffic, and
 // behind the L2's when prefetches fill it: 1.5 us a barrier with no bytes
 // moving, 3-6 us with the ring full.
+//
+// The two "48 MB" ring rows time the streamed gate/up of the target at T =
+// 4 (k_mvs: 48 MB a launch, 36 KB units, one block an SM) by its copies
+// alone, with each block's contiguous share and with the units dealt in
+// turn, and print when the blocks end (LEDGER.md, entry 63; not run yet).
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
@@ -473,6 +478,7 @@ int main(int argc, char **argv) {
     int ilv;     // persist 4: slots dealt to the blocks in turn
     int tl;      // persist 4, 5: print the phases' timeline of the last launch
     int window;  // persist 5: MB of L2 prefetch ahead
+    int mb;      // persist 4 with one: only the phase's first mb MB (0: all)
   };
   const char *kname[] = {"prep", "fc", "norm", "q/k/v", "attention", "combine", "o", "residual+norm",
                          "router", "routing", "routed gate/up", "down", "final norm", "head", "feedback"};
@@ -518,6 +524,11 @@ int main(int argc, char **argv) {
       {"loads before wait, 2 blocks/SM filling the SM", 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 100},
       {"loads before wait, 1 block/SM filling half", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 100},
       {"ring4: all bytes as one phase, 16 KB slots", 0, 0, 1, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0, 16, 1},
+      // the target's routed gate/up at T = 4 on the 80B shape (k_mvs, ledgers 62-63): 48 MB over one block an
+      // SM in 36 KB units, each block a contiguous share (as k_mvs) or the units dealt in turn; the timeline
+      // shows how far apart the blocks end
+      {"ring4: 48 MB as one phase, 36 KB slots (k_mvs at T = 4)", 0, 0, 1, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0, 36, 1, 0, 1, 0, 48},
+      {"ring4i: 48 MB as one phase, 36 KB slots, interleaved", 0, 0, 1, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0, 36, 1, 1, 1, 0, 48},
       {"ring4: all bytes as one phase, 32 KB slots", 0, 0, 1, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0, 32, 1},
       {"ring4: head alone, 16 KB slots", 0, 0, 1, 1, 0, 1, 0, 4, 0, 0, 0, 0, 0, 16},
       {"ring4: 15 phases, no barrier, 16 KB", 0, 0, 1, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0, 16},
@@ -609,6 +620,7 @@ int main(int argc, char **argv) {
       if (v.one) { // one phase from the first item's offset over all the bytes (the gaps between items are < 64 B)
         int64_t n = 0;
         for (int64_t q : h_n16) n += q;
+        if (v.mb && n > (int64_t)v.mb * 1000000 / 16) n = (int64_t)v.mb * 1000000 / 16, bytes = (double)n * 16;
         h_off.resize(1), h_n16.assign(1, n);
       }
       CK(cudaMemset(bar, 0, 1024)); // the barriers' counters and tickets start from 0 for each row
@@ -663,7 +675,7 @@ int main(int argc, char **argv) {
       snprintf(name, sizeof name, "%s", v.name);
     printf("%-50s %10.1f %10.1f\n", name, t[4], bytes > 0 ? bytes / (t[4] * 1e-6) / 1e9 : 0.0);
     if (v.tl) { // the last launch's phases: when the blocks started and ended each (us from the first start)
-      const int np = (int)it.size();
+      const int np = v.one ? 1 : (int)it.size();
       std::vector<unsigned long long> h((size_t)sms * np * 2);
       CK(cudaMemcpy(h.data(), tl, h.size() * 8, cudaMemcpyDeviceToHost));
       unsigned long long t0 = ~0ull;
@@ -674,8 +686,8 @@ int main(int argc, char **argv) {
         for (int b = 0; b < sms; b++)
           st.push_back((h[((size_t)b * np + p) * 2] - t0) * 1e-3), en.push_back((h[((size_t)b * np + p) * 2 + 1] - t0) * 1e-3);
         std::sort(st.begin(), st.end()), std::sort(en.begin(), en.end());
-        printf("  %2d %-14s %6.2f  %6.2f..%6.2f   %6.2f..%6.2f..%6.2f\n", p, kname[it[p].k], it[p].b / MB, st.front(),
-               st.back(), en.front(), en[en.size() / 2], en.back());
+        printf("  %2d %-14s %6.2f  %6.2f..%6.2f   %6.2f..%6.2f..%6.2f\n", p, v.one ? "all" : kname[it[p].k],
+               (v.one ? bytes : it[p].b) / MB, st.front(), st.back(), en.front(), en[en.size() / 2], en.back());
       }
     }
     CK(cudaGraphExecDestroy(ex));
