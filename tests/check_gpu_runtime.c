@@ -316,11 +316,11 @@ START_TEST(test_random_shapes) {
        r10 with the stock BF16 heads on k_head_mma at 5..8 tokens (by
        default there through cuBLASLt), r0, r3 (hidden 200) and r5 with them
        through cuBLASLt at every token count; r0 and r6 (routed gate/up of
-       960 rows) with separate gate and up matrices; r0, r1 (320 columns:
-       lanes idle in the band) and r2 with the quantized drafter's routed
-       gate/up streamed at every token count (k_mvs; by default only where
-       k_mv would take more than a wave: r7's 1,024-row pairs from 2 tokens
-       on) */
+       960 rows) with separate gate and up matrices; r0 (256 columns: one
+       128-column chunk a half), r1 (320 columns: not streamed, k_mvs takes
+       multiples of 256) and r2 with the quantized drafter's routed gate/up
+       streamed at every token count (k_mvs; by default only where k_mv
+       would take more than a wave: r7's 1,024-row pairs from 2 tokens on) */
     const int others = (k >= 5 ? 1 : 0) | (k == 0 || k == 4 ? 2 | 4 : 0) | (k == 0 ? 8 | 256 | 512 : 0) |
                        (k == 0 || k == 10 ? 16 : 0) | (k == 0 || k == 5 || k == 10 ? 32 : 0) |
                        (k == 0 || k == 3 || k == 5 ? 64 : 0) | (k == 0 || k == 6 ? 128 : 0) | (k <= 2 ? 1024 : 0);

@@ -347,7 +347,7 @@ END_TEST
 
 /* the same with every one-token NVFP4 product the streamed kernel takes on it (MTPQ_CUDA_TUNE=mvs=1; by
  * default only launches too large for one wave of k_mv, which small_nvidia has none of): the experts' gate/up of
- * the synthetic NVIDIA target, 256-row pair matrices of 256 columns (half the lanes idle in the band) */
+ * the synthetic NVIDIA target, 256-row pair matrices of 256 columns (one 128-column chunk a half) */
 START_TEST(test_verify_streamed) {
   struct mtpq_err err = {0};
   ck_assert_msg(mtpq_cuda_tune_override(NULL, NULL, "mvs=1", &err) == MTPQ_OK, "%s", err.msg);

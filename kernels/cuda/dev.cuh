@@ -246,8 +246,7 @@ __device__ __forceinline__ void rt_ld_x16(const float *p, float (&x)[16]) {
   }
 }
 
-// a lane's 16 decoded weights times its 16 x, summed in column order (k_mv's and k_mvs's partial sum: one
-// order, so the two kernels give the same bits)
+// a lane's 16 decoded weights times its 16 x, summed in column order (k_mv's partial sum)
 __device__ __forceinline__ float rt_dot16(const float (&w)[16], const float (&x)[16]) {
   float s = 0.0f;
 #pragma unroll

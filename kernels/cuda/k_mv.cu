@@ -426,7 +426,7 @@ void mv_ffma_launch(gpu_session *g, const mv_launch &m) {
     NB == 2 ? mv_big<2>(g, m) : NB == 4 ? mv_big<4>(g, m) : mv_big<8>(g, m);
     return;
   }
-  // the experts' one-token NVFP4 products from two tokens on stream through k_mvs (ledger 62)
+  // the experts' one-token NVFP4 products from two tokens on stream through k_mvs (ledgers 62, 65)
   if (NB == 1 && mvs_launch(g, m, mv_blocks(m, 8) > wave)) return;
   if (m.glu && NB == 1) { // row pairs (routed gate/up, one token a task): the fewest even rows per warp in one wave
     const int r = mv_blocks(m, 2) <= wave ? 2 : mv_blocks(m, 4) <= wave ? 4 : mv_blocks(m, 6) <= wave ? 6 : 8;

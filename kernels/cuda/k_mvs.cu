@@ -1,7 +1,7 @@
 // The streamed one-token NVFP4 product (kernels/cuda/k_mvs.cu): the routed
-// experts' gate/up (with the shared expert's) as k_mv computes it, the same
-// sums in the same order, but with the weights copied into a ring of shared
-// memory by the copy engine instead of loaded into registers.
+// experts' gate/up (with the shared expert's) with the weights copied into a
+// ring of shared memory by the copy engine and multiplied on the tensor
+// cores, instead of loaded into registers and multiplied with FFMAs (k_mv).
 //
 // Why: from two tokens on the experts' gate/up is tens of one-token tasks,
 // which k_mv runs as several waves of short blocks, each paying the task,
@@ -13,32 +13,38 @@
 // consumer warps, whatever they are doing; the block's tasks are resolved
 // once, before the first copy. Where k_mv fits one wave (one token) it is
 // faster, and so are the launches of several terms (the down): ledger 62.
+// The copies alone move a T = 4 launch's 48 MB in 17 us on an H200; with
+// k_mv's FFMA decode the consumers took 27 us on their own (ledger 65), so
+// they multiply on the tensor cores: about half the instructions a weight.
 //
 // Layout: unit u of the launch is rows (u % upt) RB .. + RB of task u / upt
 // (every task has the same rows, a multiple of RB, and one term); a block
 // takes a contiguous range of units, so it switches task rarely. A stage
 // holds the unit's RB rows of packed E2M1 (cols / 2 bytes a row) and then
 // their E4M3 block scales (cols / 16 a row), both contiguous in the matrix.
-// Consumer warp w takes rows RW w .. RW w + RW - 1 of each unit (whole
-// gate/up pairs), a lane the 16 columns lane * 16 .. of each 512-column
-// band, as k_mv does, and keeps its x of every band in registers while the
-// task lasts.
+// Numbers: each weight is exact in f16 (its E2M1 value times its block
+// scale times 2^-6), x is carried as two f16 pieces (x to 2^-22 of itself,
+// as the FP8 products' x at 8 tokens: mma.cuh), and the tensor cores sum
+// in float32, in their own order: the results are k_mv's within float
+// rounding, not its bits.
 #include "kernels/cuda/backend.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #define MVS_RB 32                  // rows a unit
 #define MVS_CW 16                  // consumer warps
-#define MVS_RW (MVS_RB / MVS_CW)   // rows a consumer warp takes of each unit (whole gate/up pairs)
 #define MVS_NT (32 * (MVS_CW + 1)) // threads: the consumers and one producer warp
 #define MVS_NS 4                   // stages
-#define MVS_TMAX 64                // tasks a block may span
-#define MVS_MAXB 4                 // 512-column bands (cols <= 2,048: x in registers)
-static_assert(MVS_RW % 2 == 0 && MVS_RW * MVS_CW == MVS_RB, "whole row pairs a warp");
+#define MVS_GW (MVS_CW / MVS_NS)   // consumer warps a stage: 2 tiles of 16 rows x 2 column halves
+#define MVS_XT 3                   // tasks a block may span (x of each in shared memory: 4 bytes a column)
+#define MVS_MAXC 2048              // columns at most
+#define MVS_XBAR 9                 // named barrier of the consumers (1 .. 8: the column halves' pairs)
+static_assert(MVS_GW == 4, "a stage's warps: 2 tiles x 2 halves");
 
 struct mvs_task { // a task as the block resolved it
   const uint8_t *w, *sc;
   const float *x;
   float *y;
-  float wt0, wt1; // the term weight of even and odd rows, times 2^6 (rt_decode16's 2^-6 undone)
+  float wt0, wt1; // the term weight of even and odd rows, times 2^(6 - s) (rt_e2m1_e4m3's 2^-6, x's 2^s undone)
 };
 
 __device__ __forceinline__ uint32_t mvs_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -71,25 +77,41 @@ __device__ __forceinline__ void mvs_copy(void *dst, const void *src, unsigned by
                : "memory");
 }
 
-// grid: blocks <= units (one an SM); dynamic shared memory: MVS_NS stages of RB (cols / 2 + cols / 16) bytes.
-// units = ntask x upt; glu: y[r / 2] = silu(row r) * row r + 1 (r even), else y[r] for each row.
+// grid: blocks <= units (one an SM); dynamic shared memory: MVS_NS stages of RB (cols / 2 + cols / 16) bytes,
+// then MVS_XT x cols 4 bytes of x. units = ntask x upt; glu: y[r / 2] = silu(row r) * row r + 1 (r even), else
+// y[r] for each row.
+//
+// The consumers on the tensor cores (m16n8k16, f16 in, f32 sums): stage q's units are taken by warps 4 q ..
+// 4 q + 3, a 16-row tile (h) by a column half (c) each. A lane (g = lane / 4, t = lane % 4) reads 16 bytes of
+// rows g and g + 8 of its tile a 128-column chunk (columns 32 t .. 32 t + 31 of it): each 32-bit word of 8
+// E2M1 values becomes four half pairs through E4M3 codes (rt_e2m1_e4m3: values times 2^-6, exact) times
+// the block scale (HMUL2, exact), the A fragments of two MMAs, one of the even and one of the odd columns.
+// The sum over k does not care in which order the columns come, so each lane's k slots are its own word's
+// columns, and the B fragment (x of those columns, the same in all eight n columns) depends on t only:
+// it is read from shared memory, where the block's tasks' x were written once as hi + lo f16 pieces of
+// x 2^s (s from the task's largest |x|: every piece in f16's range; x to 2^-22 of itself). Each lane then
+// holds its rows' sums (every n column the same); the half c = 1 leaves them in shared memory for c = 0.
 __global__ void __launch_bounds__(MVS_NT, 1)
     k_mvs(const dlin *tab, const mv_task *tasks, const int *sel, int fl, int upt, int units, int cols, int glu) {
   RT_TL_START();
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ uint64_t full[MVS_NS], empty[MVS_NS];
-  __shared__ mvs_task tk[MVS_TMAX];
+  __shared__ mvs_task tk[MVS_XT];
+  __shared__ unsigned xmax[MVS_XT];
+  __shared__ float part[MVS_NS][2][16]; // stage, tile: half 1's row sums
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int b = (int)blockIdx.x, G = (int)gridDim.x;
   const int u0 = (int)((int64_t)units * b / G), u1 = (int)((int64_t)units * (b + 1) / G);
   const int t0 = u0 / upt, nt = u1 > u0 ? (u1 - 1) / upt - t0 + 1 : 0;
   const unsigned wrow = (unsigned)cols / 2, srow = (unsigned)cols / 16, wst = MVS_RB * wrow;
   const unsigned stage = wst + MVS_RB * srow;
+  uint32_t *xs = reinterpret_cast<uint32_t *>(ring + (size_t)MVS_NS * stage); // [task][cols]: the B fragments
   if (!(fl & RT_MV_LATE_TRIGGER)) rt_trigger();
   if (tid == 0) {
-    for (int s = 0; s < MVS_NS; s++) mvs_bar_init(&full[s], 1), mvs_bar_init(&empty[s], MVS_CW);
+    for (int s = 0; s < MVS_NS; s++) mvs_bar_init(&full[s], 1), mvs_bar_init(&empty[s], MVS_GW);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  if (tid < MVS_XT) xmax[tid] = 0;
   // the block's tasks: the routed expert (sel) and its routing weight come from the kernels before
   rt_wait();
   if (fl & RT_MV_LATE_TRIGGER) rt_trigger();
@@ -119,51 +141,97 @@ __global__ void __launch_bounds__(MVS_NT, 1)
     RT_TL_END();
     return;
   }
-  // a consumer: rows RW warp .. + RW of each unit
-  const int nband = (cols + 511) / 512;
-  float xv[MVS_MAXB][16];
-  int cur = -1;
-  for (int u = u0; u < u1; u++) {
-    const int i = u - u0, s = i % MVS_NS, t = u / upt - t0;
-    const mvs_task &T = tk[t];
-    if (t != cur) { // a new task: its x (written by the kernels before: rt_wait above)
-      cur = t;
+  // the consumers: x of the block's tasks as B fragments, while the first copies are on their way
+  for (int k = 0; k < nt; k++) {
+    float m = 0.0f;
+    for (int c = tid; c < cols; c += 32 * MVS_CW) m = fmaxf(m, fabsf(tk[k].x[c]));
+    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) atomicMax(&xmax[k], __float_as_uint(m)); // (non-negative floats order as their bits)
+  }
+  asm volatile("bar.sync %0, %1;" ::"r"(MVS_XBAR), "r"(32 * MVS_CW) : "memory");
+  for (int k = 0; k < nt; k++) {
+    int e;
+    frexpf(__uint_as_float(xmax[k]), &e);
+    const float sc = ldexpf(1.0f, 15 - e); // |x 2^s| < 2^15
+    if (tid == 0) tk[k].wt0 = ldexpf(tk[k].wt0, e - 15), tk[k].wt1 = ldexpf(tk[k].wt1, e - 15);
+    // u32 j of the task: chunk j / 128, word wi, odd columns eo, lane t, piece pc, register rg (the four
+    // lanes' 16 bytes side by side: one conflict-free load); its two columns 128 chunk + 32 t + 8 wi + eo +
+    // 4 rg (+ 2 for the high half)
+    for (int j = tid; j < cols; j += 32 * MVS_CW) {
+      const int rg = j & 1, pc = (j >> 1) & 1, t = (j >> 2) & 3, eo = (j >> 4) & 1, wi = (j >> 5) & 3;
+      const int c = (j >> 7) * 128 + 32 * t + 8 * wi + eo + 4 * rg;
+      const float v0 = tk[k].x[c] * sc, v1 = tk[k].x[c + 2] * sc;
+      __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
+      if (pc) h0 = __float2half_rn(v0 - __half2float(h0)), h1 = __float2half_rn(v1 - __half2float(h1));
+      xs[(size_t)k * cols + j] = (uint32_t)__half_as_ushort(h0) | (uint32_t)__half_as_ushort(h1) << 16;
+    }
+  }
+  asm volatile("bar.sync %0, %1;" ::"r"(MVS_XBAR), "r"(32 * MVS_CW) : "memory");
+  const int q = warp / MVS_GW, h = warp & 1, ch = (warp >> 1) & 1, g = lane >> 2, t = lane & 3;
+  const int nch = cols / 256; // 128-column chunks a half
+  for (int i = q; i < u1 - u0; i += MVS_NS) {
+    const int u = u0 + i, tt = u / upt - t0;
+    const mvs_task &T = tk[tt];
+    mvs_wait(&full[q], (unsigned)(i / MVS_NS) & 1);
+    const uint8_t *st = ring + (size_t)q * stage;
+    const uint8_t *rw = st + (16 * h + g) * wrow, *rs = st + wst + (16 * h + g) * srow;
+    const uint32_t *xf = xs + (size_t)tt * cols;
+    float dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
+    for (int kc = ch * nch; kc < (ch + 1) * nch; kc++) {
+      const uint4 wg = *reinterpret_cast<const uint4 *>(rw + kc * 64 + t * 16);
+      const uint4 w8 = *reinterpret_cast<const uint4 *>(rw + 8 * wrow + kc * 64 + t * 16);
+      const uint32_t sg = *reinterpret_cast<const uint16_t *>(rs + kc * 8 + t * 2);
+      const uint32_t s8 = *reinterpret_cast<const uint16_t *>(rs + 8 * srow + kc * 8 + t * 2);
+      const uint32_t qg[4] = {wg.x, wg.y, wg.z, wg.w}, q8[4] = {w8.x, w8.y, w8.z, w8.w};
+      const uint4 *xb = reinterpret_cast<const uint4 *>(xf + kc * 128) + t;
 #pragma unroll
-      for (int bd = 0; bd < MVS_MAXB; bd++) {
-        const int c0 = bd * 512 + lane * 16;
-        if (bd < nband && c0 < cols) rt_ld_x16(T.x + c0, xv[bd]);
+      for (int wi = 0; wi < 4; wi++) {
+        const __half2 cg = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)(sg >> (8 * (wi >> 1))), __NV_E4M3)));
+        const __half2 c8 = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)(s8 >> (8 * (wi >> 1))), __NV_E4M3)));
+        uint32_t evg, odg, ev8, od8;
+        rt_e2m1_e4m3(qg[wi], evg, odg);
+        rt_e2m1_e4m3(q8[wi], ev8, od8);
+        const uint4 xv[2] = {xb[8 * wi], xb[8 * wi + 4]}; // (hi b0, hi b1, lo b0, lo b1) of the even, odd columns
+#pragma unroll
+        for (int eo = 0; eo < 2; eo++) { // the even, then the odd columns
+          const uint32_t rg = eo ? odg : evg, r8 = eo ? od8 : ev8;
+          uint32_t a[4];
+#pragma unroll
+          for (int k = 0; k < 4; k++) {
+            const __half2 v = __hmul2(rt_e4m3h2(k & 1 ? r8 : rg, k >> 1), k & 1 ? c8 : cg);
+            a[k] = *reinterpret_cast<const uint32_t *>(&v);
+          }
+          rt_mma16816<false>(dh, a[0], a[1], a[2], a[3], xv[eo].x, xv[eo].y);
+          rt_mma16816<false>(dl, a[0], a[1], a[2], a[3], xv[eo].z, xv[eo].w);
+        }
       }
     }
-    mvs_wait(&full[s], (unsigned)(i / MVS_NS) & 1);
-    const uint8_t *st = ring + (size_t)s * stage;
-    float acc[MVS_RW];
-#pragma unroll
-    for (int h = 0; h < MVS_RW; h++) acc[h] = 0.0f;
-#pragma unroll
-    for (int bd = 0; bd < MVS_MAXB; bd++) {
-      const int c0 = bd * 512 + lane * 16;
-      if (bd >= nband || c0 >= cols) continue;
-#pragma unroll
-      for (int h = 0; h < MVS_RW; h++) {
-        const unsigned r = MVS_RW * warp + h;
-        const uint2 v = *reinterpret_cast<const uint2 *>(st + r * wrow + bd * 256 + lane * 8);
-        const uint8_t sb = st[wst + r * srow + bd * 32 + lane];
-        const uint4 raw = make_uint4(v.x, v.y, 0, 0);
-        float w[16];
-        rt_decode16<2>(&raw, sb, w);
-        acc[h] = fmaf(h & 1 ? T.wt1 : T.wt0, rt_dot16(w, xv[bd]), acc[h]);
-      }
+    float r0v = dh[0] + dl[0], r8v = dh[2] + dl[2]; // rows g and g + 8 of the tile, this half's columns
+    const int bar = 1 + 2 * q + h;
+    // half 1 leaves its sums and goes on; half 0 takes them and only then releases the stage, so half 1
+    // cannot reach the pair's barrier (nor its sums) again before half 0 has left it: its next unit on
+    // this stage waits for the refill, which waits for half 0
+    if (ch) {
+      if (t == 0) part[q][h][g] = r0v, part[q][h][g + 8] = r8v;
+      __syncwarp();
+      if (lane == 0) mvs_arrive(&empty[q]); // the stage's bytes are read: the producer may refill it
+      asm volatile("bar.arrive %0, %1;" ::"r"(bar), "r"(64) : "memory");
+      continue;
     }
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(64) : "memory");
+    r0v += part[q][h][g], r8v += part[q][h][g + 8];
     __syncwarp();
-    if (lane == 0) mvs_arrive(&empty[s]); // the stage's bytes are read: the producer may refill it
-#pragma unroll
-    for (int h = 0; h < MVS_RW; h++) acc[h] = rt_warp_sum(acc[h]);
-    if (lane == 0) {
-      const int64_t r = (int64_t)(u % upt) * MVS_RB + MVS_RW * warp;
-#pragma unroll
-      for (int h = 0; h < MVS_RW; h += 2)
-        if (glu) T.y[(r + h) / 2] = rt_silu_mul(acc[h], acc[h + 1]);
-        else T.y[r + h] = acc[h], T.y[r + h + 1] = acc[h + 1];
+    if (lane == 0) mvs_arrive(&empty[q]);
+    const float wt = g & 1 ? T.wt1 : T.wt0;
+    r0v *= wt, r8v *= wt;
+    const float n0 = __shfl_down_sync(0xffffffffu, r0v, 4), n8 = __shfl_down_sync(0xffffffffu, r8v, 4);
+    if (t == 0) {
+      const int64_t r = (int64_t)(u % upt) * MVS_RB + 16 * h + g;
+      if (glu) {
+        if (!(g & 1)) T.y[r / 2] = rt_silu_mul(r0v, n0), T.y[(r + 8) / 2] = rt_silu_mul(r8v, n8);
+      } else {
+        T.y[r] = r0v, T.y[r + 8] = r8v;
+      }
     }
   }
   RT_TL_END();
@@ -172,22 +240,22 @@ __global__ void __launch_bounds__(MVS_NT, 1)
 // The launch on k_mvs, or false where it does not apply or is not chosen
 // (tune mvs: -1, the default, where k_mv would take more than one wave:
 // big; 1 wherever it applies): NVFP4, one token, one term a task, every
-// task of the same rows (a multiple of RB) and cols (a multiple of 16 and
-// at most 2,048), no argmax, at most MVS_TMAX tasks a block. The matrices
+// task of the same rows (a multiple of RB) and cols (a multiple of 256 and
+// at most 2,048), no argmax, at most MVS_XT tasks a block. The matrices
 // start 256-byte aligned (arena_put, upload), so every unit's rows and
 // scales are 16-byte aligned as the bulk copy needs.
 bool mvs_launch(gpu_session *g, const mv_launch &m, bool big) {
   if (!g->set.tune.mvs || (g->set.tune.mvs < 0 && !big) || !g->set.fast || m.fmt != 2 || m.nbmax != 1 || m.best ||
-      !m.unif || m.cols > 512 * MVS_MAXB || m.rows % MVS_RB || m.rows == 0)
+      !m.unif || m.cols > MVS_MAXC || m.cols % 256 || m.rows % MVS_RB || m.rows == 0)
     return false;
   const int upt = (int)(m.rows / MVS_RB), units = upt * m.ntask;
   const int G = units < g->sms ? units : g->sms;
   // a block's units span at most ceil((units / G) / upt) + 1 tasks
-  if ((units + G - 1) / G / upt + 2 > MVS_TMAX) return false;
-  const size_t smem = (size_t)MVS_NS * MVS_RB * (size_t)(m.cols / 2 + m.cols / 16);
+  if ((units + G - 1) / G / upt + 2 > MVS_XT) return false;
+  const size_t smem = (size_t)MVS_NS * MVS_RB * (size_t)(m.cols / 2 + m.cols / 16) + (size_t)MVS_XT * m.cols * 4;
   static size_t attr = 0; // the dynamic shared memory k_mvs is allowed (set before its first launch)
   if (attr < smem) {
-    const size_t most = (size_t)MVS_NS * MVS_RB * (512 * MVS_MAXB / 2 + 512 * MVS_MAXB / 16);
+    const size_t most = (size_t)MVS_NS * MVS_RB * (MVS_MAXC / 2 + MVS_MAXC / 16) + (size_t)MVS_XT * MVS_MAXC * 4;
     if (cudaFuncSetAttribute(k_mvs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most) != cudaSuccess)
       return false;
     attr = most;

@@ -3,7 +3,8 @@
 // and the attention (kernels/rt_ops.cuh, k_attn's MMA path): the m16n8k16
 // MMA, the three-piece split that carries a float exactly in 16-bit halves
 // (and rt_split_p's two-piece f16 form, for FP8 products at 8 tokens), and
-// ldmatrix. Included by rt_head.cuh and rt_ops.cuh only.
+// ldmatrix. Included by rt_head.cuh, rt_ops.cuh and k_mvs.cu (the streamed
+// experts' gate/up) only.
 #pragma once
 #include "kernels/cuda/dev.cuh"
 #include <cuda_bf16.h>
