@@ -89,7 +89,8 @@ __device__ __forceinline__ void mvs_copy(void *dst, const void *src, unsigned by
 // The sum over k does not care in which order the columns come, so each lane's k slots are its own word's
 // columns, and the B fragment (x of those columns, the same in all eight n columns) depends on t only:
 // it is read from shared memory, where the block's tasks' x were written once as hi + lo f16 pieces of
-// x 2^s (s from the task's largest |x|: every piece in f16's range; x to 2^-22 of itself). Each lane then
+// x 2^s (s from the task's largest |x|, so every piece is in f16's range; each x to 2^-22 of itself, or
+// to 2^-40 of that largest |x| where f16's subnormals take its pieces). Each lane then
 // holds its rows' sums (every n column the same); the half c = 1 leaves them in shared memory for c = 0.
 __global__ void __launch_bounds__(MVS_NT, 1)
     k_mvs(const dlin *tab, const mv_task *tasks, const int *sel, int fl, int upt, int units, int cols, int glu) {
