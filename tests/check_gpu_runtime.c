@@ -318,12 +318,14 @@ START_TEST(test_random_shapes) {
        through cuBLASLt at every token count; r0 and r6 (routed gate/up of
        960 rows) with separate gate and up matrices; r0 (256 columns: one
        128-column chunk a half), r1 (320 columns: not streamed, k_mvs takes
-       multiples of 256) and r2 with the quantized drafter's routed gate/up
-       streamed at every token count (k_mvs; by default only where k_mv
-       would take more than a wave: r7's 1,024-row pairs from 2 tokens on) */
+       multiples of 256), r2 and r10 (2,048 columns, the 80B shape's) with
+       the quantized drafter's routed gate/up streamed at every token count
+       (k_mvs; by default only where k_mv would take more than a wave: r7's
+       1,024-row pairs from 2 tokens on) */
     const int others = (k >= 5 ? 1 : 0) | (k == 0 || k == 4 ? 2 | 4 : 0) | (k == 0 ? 8 | 256 | 512 : 0) |
                        (k == 0 || k == 10 ? 16 : 0) | (k == 0 || k == 5 || k == 10 ? 32 : 0) |
-                       (k == 0 || k == 3 || k == 5 ? 64 : 0) | (k == 0 || k == 6 ? 128 : 0) | (k <= 2 ? 1024 : 0);
+                       (k == 0 || k == 3 || k == 5 ? 64 : 0) | (k == 0 || k == 6 ? 128 : 0) |
+                       (k <= 2 || k == 10 ? 1024 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */
