@@ -144,6 +144,11 @@ __device__ __forceinline__ float rt_e4m3(uint8_t b) {
   return __half2float(__half(h));
 }
 
+// an E4M3 byte (a block scale) as a half pair of itself, exact: the HMUL2 operand of the NVFP4 decode
+__device__ __forceinline__ __half2 rt_e4m3_h2dup(uint8_t b) {
+  return __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3)));
+}
+
 __device__ __forceinline__ float2 rt_e4m3x2(uint16_t two) {
   __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
   return __half22float2(__half2(h));
@@ -221,7 +226,7 @@ __device__ __forceinline__ void rt_decode16(const uint4 *raw, uint8_t sb, float 
     // rt_terms puts the 2^6 back into the term weight (a power of two: the
     // block sums are the unscaled ones times 2^-6, bit for bit, while |w x|
     // stays above float's subnormal range)
-    const __half2 s = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)sb, __NV_E4M3)));
+    const __half2 s = rt_e4m3_h2dup(sb);
     const uint32_t u[2] = {raw[0].x, raw[0].y};
 #pragma unroll
     for (int i = 0; i < 2; i++) {

@@ -13,9 +13,9 @@
 // consumer warps, whatever they are doing; the block's tasks are resolved
 // once, before the first copy. Where k_mv fits one wave (one token) it is
 // faster, and so are the launches of several terms (the down): ledger 62.
-// The copies alone move a T = 4 launch's 48 MB in 17 us on an H200; with
-// k_mv's FFMA decode the consumers took 27 us on their own (ledger 65), so
-// they multiply on the tensor cores: about half the instructions a weight.
+// With k_mv's FFMA decode the consumers alone took longer than the copies
+// alone (ledger 65), so they multiply on the tensor cores: about half the
+// instructions a weight.
 //
 // Layout: unit u of the launch is rows (u % upt) RB .. + RB of task u / upt
 // (every task has the same rows, a multiple of RB, and one term); a block
@@ -187,8 +187,8 @@ __global__ void __launch_bounds__(MVS_NT, 1)
       const uint4 *xb = reinterpret_cast<const uint4 *>(xf + kc * 128) + t;
 #pragma unroll
       for (int wi = 0; wi < 4; wi++) {
-        const __half2 cg = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)(sg >> (8 * (wi >> 1))), __NV_E4M3)));
-        const __half2 c8 = __half2half2(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)(s8 >> (8 * (wi >> 1))), __NV_E4M3)));
+        const __half2 cg = rt_e4m3_h2dup((uint8_t)(sg >> (8 * (wi >> 1))));
+        const __half2 c8 = rt_e4m3_h2dup((uint8_t)(s8 >> (8 * (wi >> 1))));
         uint32_t evg, odg, ev8, od8;
         rt_e2m1_e4m3(qg[wi], evg, odg);
         rt_e2m1_e4m3(q8[wi], ev8, od8);
@@ -245,6 +245,11 @@ __global__ void __launch_bounds__(MVS_NT, 1)
 // at most 2,048), no argmax, at most MVS_XT tasks a block. The matrices
 // start 256-byte aligned (arena_put, upload), so every unit's rows and
 // scales are 16-byte aligned as the bulk copy needs.
+// k_mvs's dynamic shared memory at cols columns: the stages, then x of MVS_XT tasks
+static size_t mvs_smem(int64_t cols) {
+  return (size_t)MVS_NS * MVS_RB * (size_t)(cols / 2 + cols / 16) + (size_t)MVS_XT * (size_t)cols * 4;
+}
+
 bool mvs_launch(gpu_session *g, const mv_launch &m, bool big) {
   if (!g->set.tune.mvs || (g->set.tune.mvs < 0 && !big) || !g->set.fast || m.fmt != 2 || m.nbmax != 1 || m.best ||
       !m.unif || m.cols > MVS_MAXC || m.cols % 256 || m.rows % MVS_RB || m.rows == 0)
@@ -253,10 +258,10 @@ bool mvs_launch(gpu_session *g, const mv_launch &m, bool big) {
   const int G = units < g->sms ? units : g->sms;
   // a block's units span at most ceil((units / G) / upt) + 1 tasks
   if ((units + G - 1) / G / upt + 2 > MVS_XT) return false;
-  const size_t smem = (size_t)MVS_NS * MVS_RB * (size_t)(m.cols / 2 + m.cols / 16) + (size_t)MVS_XT * m.cols * 4;
+  const size_t smem = mvs_smem(m.cols);
   static size_t attr = 0; // the dynamic shared memory k_mvs is allowed (set before its first launch)
   if (attr < smem) {
-    const size_t most = (size_t)MVS_NS * MVS_RB * (MVS_MAXC / 2 + MVS_MAXC / 16) + (size_t)MVS_XT * MVS_MAXC * 4;
+    const size_t most = mvs_smem(MVS_MAXC);
     if (cudaFuncSetAttribute(k_mvs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most) != cudaSuccess)
       return false;
     attr = most;

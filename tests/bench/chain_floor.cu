@@ -37,8 +37,7 @@
 // The two "48 MB" ring rows time the streamed gate/up of the target at T =
 // 4 (k_mvs: 48 MB a launch, 36 KB units, one block an SM) by its copies
 // alone, with each block's contiguous share and with the units dealt in
-// turn, and print when the blocks end (LEDGER.md, entry 66: on an H200
-// 15.9 and 14.3 us).
+// turn, and print when the blocks end (their figures: LEDGER.md, entry 66).
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
