@@ -22,11 +22,11 @@
 // takes a contiguous range of units, so it switches task rarely. A stage
 // holds the unit's RB rows of packed E2M1 (cols / 2 bytes a row) and then
 // their E4M3 block scales (cols / 16 a row), both contiguous in the matrix.
-// Numbers: each weight is exact in f16 (its E2M1 value times its block
-// scale times 2^-6), x is carried as two f16 pieces (x to 2^-22 of itself,
-// as the FP8 products' x at 8 tokens: mma.cuh), and the tensor cores sum
-// in float32, in their own order: the results are k_mv's within float
-// rounding, not its bits.
+// Numbers: each weight goes in as its E2M1 value times 2^-6 (exact in
+// f16), x as two f16 pieces (x to 2^-22 of itself, as the FP8 products' x
+// at 8 tokens: mma.cuh); the tensor cores sum in float32, in their own
+// order, the sums of a block scale's 16 columns, which are then scaled in
+// float32: the results are k_mv's within float rounding, not its bits.
 #include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -37,6 +37,8 @@
 #define MVS_GW (MVS_CW / MVS_NS)   // consumer warps a stage: 2 tiles of 16 rows x 2 column halves
 #define MVS_XT 3                   // tasks a block may span (x of each in shared memory: 4 bytes a column)
 #define MVS_MAXC 2048              // columns at most
+#define MVS_ZOFF 16                // the zero row's offset past x, in 32-bit words (64 bytes: other banks)
+#define MVS_ZLEN (MVS_ZOFF + 128)  // the zero row with its offset, in 32-bit words (one chunk's B: 512 bytes)
 #define MVS_XBAR 9                 // named barrier of the consumers (1 .. 8: the column halves' pairs)
 static_assert(MVS_GW == 4, "a stage's warps: 2 tiles x 2 halves");
 
@@ -78,20 +80,23 @@ __device__ __forceinline__ void mvs_copy(void *dst, const void *src, unsigned by
 }
 
 // grid: blocks <= units (one an SM); dynamic shared memory: MVS_NS stages of RB (cols / 2 + cols / 16) bytes,
-// then MVS_XT x cols 4 bytes of x. units = ntask x upt; glu: y[r / 2] = silu(row r) * row r + 1 (r even), else
-// y[r] for each row.
+// then MVS_XT x cols 4 bytes of x and MVS_ZLEN words of zeros. units = ntask x upt; glu: y[r / 2] = silu(row r)
+// * row r + 1 (r even), else y[r] for each row.
 //
 // The consumers on the tensor cores (m16n8k16, f16 in, f32 sums): stage q's units are taken by warps 4 q ..
 // 4 q + 3, a 16-row tile (h) by a column half (c) each. A lane (g = lane / 4, t = lane % 4) reads 16 bytes of
 // rows g and g + 8 of its tile a 128-column chunk (columns 32 t .. 32 t + 31 of it): each 32-bit word of 8
-// E2M1 values becomes four half pairs through E4M3 codes (rt_e2m1_e4m3: values times 2^-6, exact) times
-// the block scale (HMUL2, exact), the A fragments of two MMAs, one of the even and one of the odd columns.
-// The sum over k does not care in which order the columns come, so each lane's k slots are its own word's
-// columns, and the B fragment (x of those columns, the same in all eight n columns) depends on t only:
-// it is read from shared memory, where the block's tasks' x were written once as hi + lo f16 pieces of
-// x 2^s (s from the task's largest |x|, so every piece is in f16's range; each x to 2^-22 of itself, or
-// to 2^-40 of that largest |x| where f16's subnormals take its pieces). Each lane then
-// holds its rows' sums (every n column the same); the half c = 1 leaves them in shared memory for c = 0.
+// E2M1 values becomes four half pairs of E4M3 codes (rt_e2m1_e4m3: values times 2^-6, exact), the A
+// fragments of an MMA on its even and one on its odd columns. The sum over k does not care in which order
+// the columns come, so each lane's k slots are its own word's columns. B holds x of lane t's k slots in
+// n column t (the hi piece) and t + 4 (the lo piece), zero elsewhere, so each of D's 8 columns sums one
+// lane's columns of one piece: in a pair of words (16 columns) one block scale, which multiplies the
+// lane's two columns of D's sums (FFMA) after the pair's four MMAs. x was written once a launch into
+// shared memory as hi + lo f16 pieces of x 2^s (s from the task's largest |x|, so every piece is in f16's
+// range; each x to 2^-22 of itself, or to 2^-40 of that largest |x| where f16's subnormals take its
+// pieces); a lane (g, t) with g % 4 == t reads its piece of its columns there (conflict-free), the others
+// a row of zeros placed 64 bytes off the x array's banks. The four lanes of a row then add their sums
+// (shuffles); the half c = 1 leaves them in shared memory for c = 0.
 __global__ void __launch_bounds__(MVS_NT, 1)
     k_mvs(const dlin *tab, const mv_task *tasks, const int *sel, int fl, int upt, int units, int cols, int glu) {
   RT_TL_START();
@@ -167,9 +172,15 @@ __global__ void __launch_bounds__(MVS_NT, 1)
       xs[(size_t)k * cols + j] = (uint32_t)__half_as_ushort(h0) | (uint32_t)__half_as_ushort(h1) << 16;
     }
   }
+  if (tid < MVS_ZLEN) xs[(size_t)MVS_XT * cols + tid] = 0;
   asm volatile("bar.sync %0, %1;" ::"r"(MVS_XBAR), "r"(32 * MVS_CW) : "memory");
   const int q = warp / MVS_GW, h = warp & 1, ch = (warp >> 1) & 1, g = lane >> 2, t = lane & 3;
   const int nch = cols / 256; // 128-column chunks a half
+  // B: x of lane t's k slots in n column t (hi piece) and t + 4 (lo), zeros elsewhere: a lane (g, t) with
+  // g % 4 == t reads its piece (advancing a chunk at a time), the others the zero row (standing still)
+  const bool xl = (g & 3) == t;
+  const uint2 *zp = reinterpret_cast<const uint2 *>(xs + (size_t)MVS_XT * cols + MVS_ZOFF) + 2 * t + (g >> 2);
+  const int xinc = xl ? 64 : 0;
   for (int i = q; i < u1 - u0; i += MVS_NS) {
     const int u = u0 + i, tt = u / upt - t0;
     const mvs_task &T = tk[tt];
@@ -177,37 +188,40 @@ __global__ void __launch_bounds__(MVS_NT, 1)
     const uint8_t *st = ring + (size_t)q * stage;
     const uint8_t *rw = st + (16 * h + g) * wrow, *rs = st + wst + (16 * h + g) * srow;
     const uint32_t *xf = xs + (size_t)tt * cols;
-    float dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
-    for (int kc = ch * nch; kc < (ch + 1) * nch; kc++) {
+    const uint2 *xp = xl ? reinterpret_cast<const uint2 *>(xf + ch * nch * 128) + 2 * t + (g >> 2) : zp;
+    float a0 = 0.0f, a8 = 0.0f; // rows g and g + 8: this lane's n columns, scaled
+    for (int kc = ch * nch; kc < (ch + 1) * nch; kc++, xp += xinc) {
       const uint4 wg = *reinterpret_cast<const uint4 *>(rw + kc * 64 + t * 16);
       const uint4 w8 = *reinterpret_cast<const uint4 *>(rw + 8 * wrow + kc * 64 + t * 16);
-      const uint32_t sg = *reinterpret_cast<const uint16_t *>(rs + kc * 8 + t * 2);
-      const uint32_t s8 = *reinterpret_cast<const uint16_t *>(rs + 8 * srow + kc * 8 + t * 2);
+      // the block scales of n columns 2t, 2t + 1 (lanes 2 (t & 1), + 1's words): bytes (lane, word pair)
+      const uint32_t sg = *reinterpret_cast<const uint32_t *>(rs + kc * 8 + 4 * (t & 1));
+      const uint32_t s8 = *reinterpret_cast<const uint32_t *>(rs + 8 * srow + kc * 8 + 4 * (t & 1));
+      const float2 gA = rt_e4m3x2((uint16_t)sg), gB = rt_e4m3x2((uint16_t)(sg >> 16));
+      const float2 eA = rt_e4m3x2((uint16_t)s8), eB = rt_e4m3x2((uint16_t)(s8 >> 16));
       const uint32_t qg[4] = {wg.x, wg.y, wg.z, wg.w}, q8[4] = {w8.x, w8.y, w8.z, w8.w};
-      const uint4 *xb = reinterpret_cast<const uint4 *>(xf + kc * 128) + t;
 #pragma unroll
-      for (int wi = 0; wi < 4; wi++) {
-        const __half2 cg = rt_e4m3_h2dup((uint8_t)(sg >> (8 * (wi >> 1))));
-        const __half2 c8 = rt_e4m3_h2dup((uint8_t)(s8 >> (8 * (wi >> 1))));
-        uint32_t evg, odg, ev8, od8;
-        rt_e2m1_e4m3(qg[wi], evg, odg);
-        rt_e2m1_e4m3(q8[wi], ev8, od8);
-        const uint4 xv[2] = {xb[8 * wi], xb[8 * wi + 4]}; // (hi b0, hi b1, lo b0, lo b1) of the even, odd columns
+      for (int wp = 0; wp < 2; wp++) { // word pairs: one block scale a lane
+        float d[4] = {0, 0, 0, 0};
 #pragma unroll
-        for (int eo = 0; eo < 2; eo++) { // the even, then the odd columns
-          const uint32_t rg = eo ? odg : evg, r8 = eo ? od8 : ev8;
-          uint32_t a[4];
+        for (int wi = 2 * wp; wi < 2 * wp + 2; wi++) {
+          uint32_t evg, odg, ev8, od8;
+          rt_e2m1_e4m3(qg[wi], evg, odg);
+          rt_e2m1_e4m3(q8[wi], ev8, od8);
 #pragma unroll
-          for (int k = 0; k < 4; k++) {
-            const __half2 v = __hmul2(rt_e4m3h2(k & 1 ? r8 : rg, k >> 1), k & 1 ? c8 : cg);
-            a[k] = *reinterpret_cast<const uint32_t *>(&v);
+          for (int eo = 0; eo < 2; eo++) { // the even, then the odd columns
+            const uint32_t rg = eo ? odg : evg, r8 = eo ? od8 : ev8;
+            const uint2 xv = xp[16 * wi + 8 * eo];
+            rt_mma16816<false>(d, rt_e4m3x2_h2(rg), rt_e4m3x2_h2(r8), rt_e4m3x2_h2(rg >> 16), rt_e4m3x2_h2(r8 >> 16),
+                               xv.x, xv.y);
           }
-          rt_mma16816<false>(dh, a[0], a[1], a[2], a[3], xv[eo].x, xv[eo].y);
-          rt_mma16816<false>(dl, a[0], a[1], a[2], a[3], xv[eo].z, xv[eo].w);
         }
+        a0 = __fmaf_rn(d[0], wp ? gA.y : gA.x, a0), a0 = __fmaf_rn(d[1], wp ? gB.y : gB.x, a0);
+        a8 = __fmaf_rn(d[2], wp ? eA.y : eA.x, a8), a8 = __fmaf_rn(d[3], wp ? eB.y : eB.x, a8);
       }
     }
-    float r0v = dh[0] + dl[0], r8v = dh[2] + dl[2]; // rows g and g + 8 of the tile, this half's columns
+    a0 += __shfl_xor_sync(0xffffffffu, a0, 1), a8 += __shfl_xor_sync(0xffffffffu, a8, 1);
+    a0 += __shfl_xor_sync(0xffffffffu, a0, 2), a8 += __shfl_xor_sync(0xffffffffu, a8, 2);
+    float r0v = a0, r8v = a8; // rows g and g + 8 of the tile, this half's columns
     const int bar = 1 + 2 * q + h;
     // half 1 leaves its sums and goes on; half 0 takes them and only then releases the stage, so half 1
     // cannot reach the pair's barrier (nor its sums) again before half 0 has left it: its next unit on
@@ -245,9 +259,9 @@ __global__ void __launch_bounds__(MVS_NT, 1)
 // at most 2,048), no argmax, at most MVS_XT tasks a block. The matrices
 // start 256-byte aligned (arena_put, upload), so every unit's rows and
 // scales are 16-byte aligned as the bulk copy needs.
-// k_mvs's dynamic shared memory at cols columns: the stages, then x of MVS_XT tasks
+// k_mvs's dynamic shared memory at cols columns: the stages, then x of MVS_XT tasks and the zero row
 static size_t mvs_smem(int64_t cols) {
-  return (size_t)MVS_NS * MVS_RB * (size_t)(cols / 2 + cols / 16) + (size_t)MVS_XT * (size_t)cols * 4;
+  return (size_t)MVS_NS * MVS_RB * (size_t)(cols / 2 + cols / 16) + ((size_t)MVS_XT * (size_t)cols + MVS_ZLEN) * 4;
 }
 
 bool mvs_launch(gpu_session *g, const mv_launch &m, bool big) {

@@ -1,12 +1,14 @@
 # Dev check for k_mvs (not a test): emulates the streamed gate/up's tensor-core consumers
 # (kernels/cuda/k_mvs.cu) in float64 against the PTX m16n8k16 layout (f16 A/B, f32 C) and compares
 # with the dequantized W @ x: the packed E2M1 bytes (element 2i in the low nibble of byte i) turned
-# into E4M3 codes by rt_e2m1_e4m3's bit rule, the codes and block scales as f16 and their product
-# rounded to f16 (HMUL2: exact), x written into the B-fragment array by the kernel's index rule
-# (u32 j -> chunk, word, even/odd, lane, piece, register) as hi + lo f16 pieces of x 2^s and read back
-# by its uint4 index (t + 4 eo + 8 wi), the two column halves of a 16-row tile summed, the term
-# weight times 2^(6 - s). Prints the largest row error relative to sum |w x| of the row (the pieces
-# carry each x to 2^-22 of itself, so at most about 2^-22; a wrong fragment mapping gives order 1).
+# into E4M3 codes by rt_e2m1_e4m3's bit rule (A: the E2M1 values times 2^-6, unscaled), x written into
+# the B-fragment array by the kernel's index rule (u32 j -> chunk, word, even/odd, lane, piece,
+# register) as hi + lo f16 pieces of x 2^s and read back by its uint2 index (2 t + piece + 16 wi + 8 eo,
+# only by lanes (g, t) with g % 4 == t: B's n column g, the others zero), D's columns 2 t, 2 t + 1 of a
+# word pair times the block scales of lanes 2 (t & 1) and 2 (t & 1) + 1 (the kernel's 32-bit scale
+# load), the lanes and the two column halves of a 16-row tile summed, the term weight times 2^(6 - s).
+# Prints the largest row error relative to sum |w x| of the row (the pieces carry each x to 2^-22 of
+# itself, so at most about 2^-22; a wrong fragment, piece or scale mapping gives order 1).
 # python3 emu_mvs_mma.py [cols [xmax]]
 import sys
 import numpy as np, ml_dtypes
@@ -48,31 +50,38 @@ for j in range(cols):
 
 nch = cols // 256
 out = np.zeros(R)
-for ch in range(2):  # the tile's two column halves, each its own MMA sums
-    dh = np.zeros((16, 8)); dl = np.zeros((16, 8))
+for ch in range(2):
+    acc = np.zeros((32, 2))  # lane: rows g, g + 8 (its n columns 2t, 2t + 1, scaled)
     for kc in range(ch * nch, (ch + 1) * nch):
-        for wi in range(4):
-            for eo in range(2):
-                A = np.zeros((16, 16)); Bh = np.zeros((16, 8)); Bl = np.zeros((16, 8))
-                for lane in range(32):
-                    g, t = lane >> 2, lane & 3
-                    for row in (g, g + 8):
-                        off = kc * 64 + t * 16 + 4 * wi  # the word's first byte in the row
-                        q = int.from_bytes(packed[row, off:off + 4].tobytes(), 'little')
-                        ev, od = e2m1_e4m3(q)
-                        v = od if eo else ev
-                        s = np.float16(scale[row, kc * 8 + 2 * t + (wi >> 1)])
-                        a = [float(np.float16(np.float16(code(v, k)) * s)) for k in range(4)]
-                        A[row, 2 * t], A[row, 2 * t + 1], A[row, 2 * t + 8], A[row, 2 * t + 9] = a
-                    base = kc * 128 + 4 * (t + 4 * eo + 8 * wi)  # the lane's uint4: hi b0, hi b1, lo b0, lo b1
-                    for B, r0 in ((Bh, base), (Bl, base + 2)):
-                        B[2 * t, g], B[2 * t + 1, g] = xs[r0]
-                        B[2 * t + 8, g], B[2 * t + 9, g] = xs[r0 + 1]
-                dh += A @ Bh
-                dl += A @ Bl
-    assert np.allclose(dh, dh[:, [0]]) and np.allclose(dl, dl[:, [0]])  # every n column the same
-    out += dh[:, 0] + dl[:, 0]
-out *= 2.0 ** 6 / sc  # the term weight's 2^(6 - s)
+        for wp in range(2):
+            D = np.zeros((16, 8))
+            for wi in (2 * wp, 2 * wp + 1):
+                for eo in range(2):
+                    A = np.zeros((16, 16)); B = np.zeros((16, 8))
+                    for lane in range(32):
+                        g, t = lane >> 2, lane & 3
+                        for row in (g, g + 8):
+                            off = kc * 64 + t * 16 + 4 * wi
+                            q = int.from_bytes(packed[row, off:off + 4].tobytes(), 'little')
+                            ev, od = e2m1_e4m3(q)
+                            v = od if eo else ev
+                            a = [float(np.float16(code(v, k))) for k in range(4)]
+                            A[row, 2 * t], A[row, 2 * t + 1], A[row, 2 * t + 8], A[row, 2 * t + 9] = a
+                        if (g & 3) == t:
+                            u2 = kc * 64 + 2 * t + (g >> 2) + 16 * wi + 8 * eo  # uint2 index
+                            B[2 * t, g], B[2 * t + 1, g] = xs[2 * u2]
+                            B[2 * t + 8, g], B[2 * t + 9, g] = xs[2 * u2 + 1]
+                    D += A @ B
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                for ri, row in enumerate((g, g + 8)):
+                    sb4 = sb[row, kc * 8 + 4 * (t & 1): kc * 8 + 4 * (t & 1) + 4]
+                    f = sb4.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+                    acc[lane, ri] += D[row, 2 * t] * f[wp] + D[row, 2 * t + 1] * f[2 + wp]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        out[g] += acc[lane, 0]; out[g + 8] += acc[lane, 1]
+out *= 2.0 ** 6 / sc
 err = np.max(np.abs(out - ref) / (np.abs(W) @ np.abs(x)))
 print('cols %d: largest row error %.3g of sum |w x| (2^-22 = %.3g)' % (cols, err, 2.0 ** -22))
 assert err < 2.0 ** -21
