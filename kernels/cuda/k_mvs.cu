@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(MVS_NT, 1)
     const uint8_t *rw = st + (16 * h + g) * wrow, *rs = st + wst + (16 * h + g) * srow;
     const uint32_t *xf = xs + (size_t)tt * cols;
     const uint2 *xp = xl ? reinterpret_cast<const uint2 *>(xf + ch * nch * 128) + 2 * t + (g >> 2) : zp;
-    float a0 = 0.0f, a8 = 0.0f; // rows g and g + 8: this lane's n columns, scaled
+    float r0v = 0.0f, r8v = 0.0f; // rows g and g + 8: this lane's n columns, scaled (after the shuffles: the
+                                  // tile's rows over this half's columns)
     for (int kc = ch * nch; kc < (ch + 1) * nch; kc++, xp += xinc) {
       const uint4 wg = *reinterpret_cast<const uint4 *>(rw + kc * 64 + t * 16);
       const uint4 w8 = *reinterpret_cast<const uint4 *>(rw + 8 * wrow + kc * 64 + t * 16);
@@ -215,13 +216,12 @@ __global__ void __launch_bounds__(MVS_NT, 1)
                                xv.x, xv.y);
           }
         }
-        a0 = __fmaf_rn(d[0], wp ? gA.y : gA.x, a0), a0 = __fmaf_rn(d[1], wp ? gB.y : gB.x, a0);
-        a8 = __fmaf_rn(d[2], wp ? eA.y : eA.x, a8), a8 = __fmaf_rn(d[3], wp ? eB.y : eB.x, a8);
+        r0v = __fmaf_rn(d[0], wp ? gA.y : gA.x, r0v), r0v = __fmaf_rn(d[1], wp ? gB.y : gB.x, r0v);
+        r8v = __fmaf_rn(d[2], wp ? eA.y : eA.x, r8v), r8v = __fmaf_rn(d[3], wp ? eB.y : eB.x, r8v);
       }
     }
-    a0 += __shfl_xor_sync(0xffffffffu, a0, 1), a8 += __shfl_xor_sync(0xffffffffu, a8, 1);
-    a0 += __shfl_xor_sync(0xffffffffu, a0, 2), a8 += __shfl_xor_sync(0xffffffffu, a8, 2);
-    float r0v = a0, r8v = a8; // rows g and g + 8 of the tile, this half's columns
+    r0v += __shfl_xor_sync(0xffffffffu, r0v, 1), r8v += __shfl_xor_sync(0xffffffffu, r8v, 1);
+    r0v += __shfl_xor_sync(0xffffffffu, r0v, 2), r8v += __shfl_xor_sync(0xffffffffu, r8v, 2);
     const int bar = 1 + 2 * q + h;
     // half 1 leaves its sums and goes on; half 0 takes them and only then releases the stage, so half 1
     // cannot reach the pair's barrier (nor its sums) again before half 0 has left it: its next unit on
@@ -252,6 +252,11 @@ __global__ void __launch_bounds__(MVS_NT, 1)
   RT_TL_END();
 }
 
+// k_mvs's dynamic shared memory at cols columns: the stages, then x of MVS_XT tasks and the zero row
+static size_t mvs_smem(int64_t cols) {
+  return (size_t)MVS_NS * MVS_RB * (size_t)(cols / 2 + cols / 16) + ((size_t)MVS_XT * (size_t)cols + MVS_ZLEN) * 4;
+}
+
 // The launch on k_mvs, or false where it does not apply or is not chosen
 // (tune mvs: -1, the default, where k_mv would take more than one wave:
 // big; 1 wherever it applies): NVFP4, one token, one term a task, every
@@ -259,11 +264,6 @@ __global__ void __launch_bounds__(MVS_NT, 1)
 // at most 2,048), no argmax, at most MVS_XT tasks a block. The matrices
 // start 256-byte aligned (arena_put, upload), so every unit's rows and
 // scales are 16-byte aligned as the bulk copy needs.
-// k_mvs's dynamic shared memory at cols columns: the stages, then x of MVS_XT tasks and the zero row
-static size_t mvs_smem(int64_t cols) {
-  return (size_t)MVS_NS * MVS_RB * (size_t)(cols / 2 + cols / 16) + ((size_t)MVS_XT * (size_t)cols + MVS_ZLEN) * 4;
-}
-
 bool mvs_launch(gpu_session *g, const mv_launch &m, bool big) {
   if (!g->set.tune.mvs || (g->set.tune.mvs < 0 && !big) || !g->set.fast || m.fmt != 2 || m.nbmax != 1 || m.best ||
       !m.unif || m.cols > MVS_MAXC || m.cols % 256 || m.rows % MVS_RB || m.rows == 0)
