@@ -11,7 +11,8 @@
  *     equals the CPU decoding the first j + 1 tokens and that token, for
  *     every j (the state slots on the device); on the synthetic NVFP4
  *     target again with the experts' gate/up streamed (MTPQ_CUDA_TUNE=mvs=1),
- *     and on one with wider experts, streamed by default (wide_nvidia);
+ *     and on one with wider experts, its gate/up streamed by default
+ *     (wide_nvidia), and under mvs=1 its down as well;
  *   - one target past 256 cached positions (attention in several splits);
  *   - sequences verified together (mtpq_target_verify_many: one forward of
  *     several sequences) equal each verified alone, states included;
@@ -347,12 +348,16 @@ END_TEST
 
 /* the same with every one-token NVFP4 product the streamed kernel takes on it (MTPQ_CUDA_TUNE=mvs=1; by
  * default only launches too large for one wave of k_mv, which small_nvidia has none of): the experts' gate/up of
- * the synthetic NVIDIA target, 256-row pair matrices of 256 columns (one 128-column chunk a half) */
+ * the synthetic NVIDIA target, 256-row pair matrices of 256 columns (units of 256 rows, four 16-row tiles a
+ * warp); on wide_nvidia its gate/up and, from two tokens on, its down (a task a token and expert, 256 rows of
+ * 512 columns: units of 128 rows), whose partial outputs the residual's kernel adds */
 START_TEST(test_verify_streamed) {
   struct mtpq_err err = {0};
   ck_assert_msg(mtpq_cuda_tune_override(NULL, NULL, "mvs=1", &err) == MTPQ_OK, "%s", err.msg);
   for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
     if (cases[i].f == MTPQ_SYNTH_NVIDIA && wanted(i)) verify_slots(&cases[i], " (streamed experts)");
+  const struct tcase w = {"synthetic NVIDIA NVFP4, wide experts", NULL, wide_nvidia, MTPQ_SYNTH_NVIDIA, 24, 0, 0};
+  verify_slots(&w, " (every expert product streamed)");
   ck_assert(mtpq_cuda_tune_override(NULL, NULL, NULL, &err) == MTPQ_OK);
 }
 END_TEST

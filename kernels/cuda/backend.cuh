@@ -292,6 +292,9 @@ void mv_ffma_launch(gpu_session *g, const mv_launch &m);
 // k_mvs.cu: a one-token NVFP4 launch on the streamed kernel; false where it does not apply or is not chosen
 // (big: k_mv would take more than one wave)
 bool mvs_launch(gpu_session *g, const mv_launch &m, bool big);
+// whether k_mvs can take one-term NVFP4 tasks of rows x cols under g's settings (it takes them where k_mv
+// would need more than a wave, or wherever they fit under mvs=1)
+bool mvs_fits(const gpu_session *g, int fmt, int64_t rows, int64_t cols);
 // k_head.cu, k_dmma.cu: false where the launch does not fit them
 bool head_mma_launch(gpu_session *g, const mv_launch &m);
 bool dmma_launch(gpu_session *g, const mv_launch &m);

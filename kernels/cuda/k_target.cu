@@ -32,14 +32,17 @@ __global__ void k_t_embed(tk_calls c, const uint8_t *emb, int f32, int64_t H, in
   RT_TL_END();
 }
 
-// grid T, block 256: h += y (+ s y2), then out = (1 + w) RMSNorm(h) (tk_zcnorm's sums, in its order). A
-// thread's NPT elements (j = tid + 256 i, NPT >= H / 256) are all loaded into registers before anything is
-// stored (loads and stores interleaved, each load waited for the store before it: NPT L2 round trips one after
-// another), the norm's weights before the wait.
-template <int NPT>
-__global__ void __launch_bounds__(256) k_t_addnorm(const float *y, const float *y2, const float *s2, int64_t ys,
-                                                   float *h, int64_t H, int64_t HS, const float *w, float eps,
-                                                   float *out, int64_t os) {
+// grid T, block 256: h += y (+ s y2), then out = (1 + w) RMSNorm(h) (tk_zcnorm's sums, in its order). PART:
+// y of token t is instead the sum of np partials y[t ys + p ps], p = 0 .. np - 1, added in that order, and
+// there is no y2 (the experts' down from two tokens on: one a (token, expert), ledger 69). A thread's NPT
+// elements (j = tid + 256 i, NPT >= H / 256) of h, y and y2 (or of h and up to PR partials at a time) are all
+// loaded into registers before anything is added or stored (loads and stores interleaved, each load waited for
+// the store before it: NPT L2 round trips one after another), the norm's weights before the wait.
+template <int NPT, bool PART>
+__global__ void __launch_bounds__(256) k_t_addnorm(const float *y, int np, int64_t ps, const float *y2,
+                                                   const float *s2, int64_t ys, float *h, int64_t H, int64_t HS,
+                                                   const float *w, float eps, float *out, int64_t os) {
+  constexpr int PR = NPT >= 16 ? 64 / NPT : 12; // partials loaded at once (within the registers)
   __shared__ float sh[32];
   rt_trigger();
   RT_TL_START();
@@ -49,13 +52,36 @@ __global__ void __launch_bounds__(256) k_t_addnorm(const float *y, const float *
   for (int i = 0; i < NPT; i++) wv[i] = tid + 256 * i < H ? w[tid + 256 * i] : 0.0f;
   rt_wait();
   float *ht = h + t * HS;
-  const float *yt = y + t * ys, *y2t = y2 ? y2 + t * ys : nullptr;
-  const float s = y2 ? s2[t * RT_KST] : 0.0f;
+  const float *yt = y + t * ys;
+  if constexpr (PART) {
+    for (int p0 = 0; p0 < np; p0 += PR) {
+      float u[PR][NPT];
 #pragma unroll
-  for (int i = 0; i < NPT; i++) {
-    const int64_t j = tid + 256 * i;
-    v[i] = j < H ? (y2t ? yt[j] + s * y2t[j] : yt[j]) : 0.0f;
-    hv[i] = j < H ? ht[j] : 0.0f;
+      for (int p = 0; p < PR; p++)
+#pragma unroll
+        for (int i = 0; i < NPT; i++) {
+          const int64_t j = tid + 256 * i;
+          u[p][i] = j < H && p0 + p < np ? yt[(p0 + p) * ps + j] : 0.0f;
+        }
+      if (p0 == 0) {
+#pragma unroll
+        for (int i = 0; i < NPT; i++) hv[i] = tid + 256 * i < H ? ht[tid + 256 * i] : 0.0f, v[i] = u[0][i];
+      }
+#pragma unroll
+      for (int p = 0; p < PR; p++)
+        if ((p0 > 0 || p > 0) && p0 + p < np)
+#pragma unroll
+          for (int i = 0; i < NPT; i++) v[i] += u[p][i];
+    }
+  } else {
+    const float *y2t = y2 ? y2 + t * ys : nullptr;
+    const float s = y2 ? s2[t * RT_KST] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < NPT; i++) {
+      const int64_t j = tid + 256 * i;
+      v[i] = j < H ? (y2t ? yt[j] + s * y2t[j] : yt[j]) : 0.0f;
+      hv[i] = j < H ? ht[j] : 0.0f;
+    }
   }
   float ss = 0.0f;
 #pragma unroll
@@ -72,13 +98,26 @@ __global__ void __launch_bounds__(256) k_t_addnorm(const float *y, const float *
   RT_TL_END();
 }
 
-// k_t_addnorm's launch with the smallest NPT that covers H (H <= TK_HMAX: the load checks)
-static void t_addnorm(gpu_session *g, int T, const float *y, const float *y2, const float *s2, int64_t ys, float *h,
-                      int64_t H, int64_t HS, const float *w, float eps, float *out, int64_t os) {
+// k_t_addnorm's launch with the smallest NPT that covers H (H <= TK_HMAX: the load checks); y one array a
+// token (np = 1) or the sum of np partials ps apart (no y2 then)
+template <bool PART>
+static void t_addnorm_go(gpu_session *g, int T, int64_t H, const float *y, int np, int64_t ps, const float *y2,
+                         const float *s2, int64_t ys, float *h, int64_t HS, const float *w, float eps, float *out,
+                         int64_t os) {
   const int64_t n = (H + 255) / 256;
-  auto k = n <= 1 ? k_t_addnorm<1> : n <= 2 ? k_t_addnorm<2> : n <= 4 ? k_t_addnorm<4> : n <= 8 ? k_t_addnorm<8>
-         : n <= 16 ? k_t_addnorm<16> : k_t_addnorm<32>;
-  go(g, true, k, dim3((unsigned)T), dim3(256), 0, y, y2, s2, ys, h, H, HS, w, eps, out, os);
+  auto k = n <= 1    ? k_t_addnorm<1, PART>
+           : n <= 2  ? k_t_addnorm<2, PART>
+           : n <= 4  ? k_t_addnorm<4, PART>
+           : n <= 8  ? k_t_addnorm<8, PART>
+           : n <= 16 ? k_t_addnorm<16, PART>
+                     : k_t_addnorm<32, PART>;
+  go(g, true, k, dim3((unsigned)T), dim3(256), 0, y, np, ps, y2, s2, ys, h, H, HS, w, eps, out, os);
+}
+static void t_addnorm(gpu_session *g, int T, const float *y, int np, int64_t ps, const float *y2, const float *s2,
+                      int64_t ys, float *h, int64_t H, int64_t HS, const float *w, float eps, float *out,
+                      int64_t os) {
+  if (np > 1) t_addnorm_go<true>(g, T, H, y, np, ps, nullptr, nullptr, ys, h, HS, w, eps, out, os);
+  else t_addnorm_go<false>(g, T, H, y, 1, 0, y2, s2, ys, h, HS, w, eps, out, os);
 }
 
 struct tk_attn_args {
@@ -553,7 +592,7 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
     }
     launch_mv(g, p.out[i]);
     mark(g, l.kind == 'A' ? "attn o_proj" : "gdn out_proj");
-    t_addnorm(g, T, m->y, nullptr, nullptr, HS, m->h, H, HS, l.post_norm, t->eps, m->a, HS);
+    t_addnorm(g, T, m->y, 1, 0, nullptr, nullptr, HS, m->h, H, HS, l.post_norm, t->eps, m->a, HS);
     mark(g, "residual + norm");
     const int64_t slots = (int64_t)T * m->S * m->IM;
     const unsigned sb = (unsigned)((slots + 255) / 256 < 1024 ? (slots + 255) / 256 : 1024);
@@ -575,8 +614,10 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
     // the separate shared expert (when it cannot be the down launch's last term) went to y2, weighted by wsel[K]
     const bool sep = l.router >= 0 && l.sg >= 0 && !l.shared_term;
     const bool last = i + 1 == t->L;
-    t_addnorm(g, T, m->y, sep ? m->y2 : nullptr, g->x.wsel + m->K, HS, m->h, H, HS,
-              last ? m->final_norm : m->L[i + 1].in_norm, t->eps, last ? m->hid : m->a, HS);
+    // the down's partials (a task a (token, expert) from two tokens on: build) are summed there too
+    const int np = p.dnp[(size_t)i];
+    t_addnorm(g, T, np > 1 ? m->ydp : m->y, np, HS, sep ? m->y2 : nullptr, g->x.wsel + m->K, np > 1 ? np * HS : HS,
+              m->h, H, HS, last ? m->final_norm : m->L[i + 1].in_norm, t->eps, last ? m->hid : m->a, HS);
     mark(g, "residual + norm");
   }
   if (head == 1) launch_mv(g, p.head);

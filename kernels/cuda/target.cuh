@@ -23,9 +23,12 @@
 //          gate/up of each (token, expert) + the shared expert's launch_mv (row pairs, SwiGLU in the
 //          product; separate matrices + k_t_swiglu with MTPQ_CUDA_TUNE=glu=0 or unmatched shapes; from two
 //          tokens on, NVFP4, streamed through k_mvs),
-//          down launch_mv (routed experts and the shared expert summed with their weights)
+//          down launch_mv (routed experts and the shared expert summed with their weights; from two tokens
+//          on, where k_mvs takes it, a task a (token, expert) streamed through k_mvs, each leaving its own
+//          partial, and the next k_t_addnorm sums them)
 //     dense: gate/up launch_mv, k_t_swiglu, down launch_mv
-//     k_t_addnorm   residual + the next layer's input norm (the final norm after the last)
+//     k_t_addnorm   residual (+ the down's partials) + the next layer's input norm (the final norm after the
+//                   last)
 //   head            launch_mv with the argmax keys (and the logits when asked)
 // Products go through the drafter backend's kernels (kernels/cuda/k_mv.cu and
 // the ones launch_mv picks), with a gpu_session as their context: the weight
@@ -145,6 +148,7 @@ struct tlayer_dev {
 struct tplan {
   bool built = false;
   std::vector<mv_launch> proj, out, rs, gu, down; // per layer
+  std::vector<int> dnp; // per layer: the partials the down leaves a token in ydp (1: its sum, in y)
   mv_launch head, head_logits;
 };
 
@@ -165,6 +169,7 @@ struct tgpu {
   // activations, [MTPQ_TCUDA_MAX_T] rows each
   float *h, *a, *y, *y2, *proj, *o2, *qg, *kk, *vv, *att, *pm, *pl, *pacc, *pr, *sz, *wsel, *gb, *ub, *act,
       *hid, *logits;
+  float *ydp; // the experts' down partials [MTPQ_TCUDA_MAX_T][S][HS] (tplan::dnp)
   tplan plans[MTPQ_TCUDA_MAX_T + 1];
   tcall *calls = nullptr, *h_calls = nullptr; // the call's blocks [TK_SMAX]: device, pinned host
   cudaGraphExec_t graph[TK_SMAX + 1][MTPQ_TCUDA_MAX_T + 1][3] = {}; // per (sequences, Tn, head)

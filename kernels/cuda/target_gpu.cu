@@ -280,11 +280,11 @@ static enum mtpq_status load(struct mtpq_target *t, tgpu *m, struct mtpq_err *er
   m->E = E, m->K = K, m->IM = al16(IM), m->S = K + 1;
   m->NSMAX = 0; /* the first sequence allocates the attention's partials */
   const int64_t slots = NM * m->S * m->IM;
-  float **bufs[] = {&m->h,  &m->a,  &m->y,  &m->y2, &m->proj, &m->o2,  &m->qg,  &m->kk,
-                    &m->vv, &m->att, &m->pr, &m->sz, &m->gb,   &m->ub,  &m->act, &m->hid, &m->logits};
+  float **bufs[] = {&m->h,  &m->a,  &m->y,  &m->y2, &m->proj, &m->o2,  &m->qg,  &m->kk,     &m->vv,
+                    &m->att, &m->pr, &m->sz, &m->gb, &m->ub,   &m->act, &m->hid, &m->logits, &m->ydp};
   const int64_t sizes[] = {NM * m->HS,  NM * m->HS,  NM * m->HS,  NM * m->HS,      NM * m->PS, NM * m->VS,
                            NM * m->QGS, NM * m->KVS, NM * m->KVS, NM * m->ATS,     NM * (E ? E : 1), NM,
-                           slots,       slots,       slots,       NM * m->HS,      NM * t->V};
+                           slots,       slots,       slots,       NM * m->HS,      NM * t->V,  NM * m->S * m->HS};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !st; i++) st = dzalloc(g, bufs[i], (size_t)sizes[i] * 4, err);
   if (!st) st = dzalloc(g, &g->x.sel, NM * RT_KST * sizeof(int), err);
   if (!st) st = dzalloc(g, &g->x.wsel, NM * RT_KST * sizeof(float), err);
@@ -327,6 +327,7 @@ static enum mtpq_status build(tgpu *m, int T, struct mtpq_err *err) {
   gpu_session *g = &m->ctx;
   const int64_t HS = m->HS, kd = t->HK * t->dk, vd = t->HV * t->dv, SI = m->S * m->IM, K = m->K;
   p.proj.assign((size_t)t->L, mv_launch{}), p.out = p.rs = p.gu = p.down = p.proj;
+  p.dnp.assign((size_t)t->L, 1);
   enum mtpq_status st = MTPQ_OK;
   for (int64_t i = 0; i < t->L && !st; i++) {
     const tlayer_dev &l = m->L[(size_t)i];
@@ -373,7 +374,24 @@ static enum mtpq_status build(tgpu *m, int T, struct mtpq_err *err) {
         gu.push_back(dense_task(l.sg, m->a + tok * HS, HS, m->gb + tok * SI + K * m->IM, SI, 1));
         gu.push_back(dense_task(l.su, m->a + tok * HS, HS, m->ub + tok * SI + K * m->IM, SI, 1));
       }
-      for (int tok = 0; tok < T; tok++) {
+      // from two tokens on, where k_mvs takes the down: a task a (token, expert), each its own partial
+      // output, the shared expert's last; the residual's kernel adds a token's partials in that order (one
+      // streamed launch; k_mv took the down as a task a token, its experts as terms, in several waves of
+      // short blocks: ledger 69)
+      const dlin &D = g->w.host[(size_t)(l.ex + 2 * E)];
+      const int np = (int)Kl + (l.shared_term ? 1 : 0);
+      if (T > 1 && np > 1 && (l.sg < 0 || l.shared_term) && mvs_fits(g, D.f, D.rows, D.cols)) {
+        p.dnp[(size_t)i] = np;
+        for (int tok = 0; tok < T; tok++)
+          for (int k = 0; k < np; k++) {
+            const bool sh = k == Kl; // the shared expert: weighted by sigmoid(shared_expert_gate), wsel[K]
+            mv_task x = dense_task(sh ? l.sd : l.ex + (int)(2 * E), m->act + tok * SI + (sh ? K : k) * m->IM, 0,
+                                   m->ydp + (tok * np + k) * HS, 0, 1);
+            x.tok = tok, x.t[0].sel_k = sh ? -1 : k, x.t[0].w = g->x.wsel + tok * RT_KST + (sh ? K : k);
+            dn.push_back(x);
+          }
+      }
+      for (int tok = 0; p.dnp[(size_t)i] == 1 && tok < T; tok++) {
         mv_task x = dense_task(l.ex + (int)(2 * E), nullptr, 0, m->y + tok * HS, 0, 1);
         x.tok = tok, x.nterm = 0;
         for (int64_t k = 0; k < Kl; k++)

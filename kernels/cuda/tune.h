@@ -28,9 +28,10 @@
  *   attn_x=0..65536  ring blocks per (KV head, token); 0 (default): a wave
  *   kv_ef=-1|0|1     cached K/V copied evict-first: -1 (default) past half
  *                    of L2, 0 never, 1 always
- *   mvs=-1|0|1       one-token NVFP4 products (the experts' gate/up) on the
- *                    streamed kernel (k_mvs): -1 (default) where k_mv would
- *                    take more than one wave, 0 never, 1 wherever it applies
+ *   mvs=-1|0|1       one-token NVFP4 products (the experts' gate/up, and the
+ *                    target's down from two tokens on) on the streamed
+ *                    kernel (k_mvs): -1 (default) where k_mv would take more
+ *                    than one wave, 0 never, 1 wherever it applies
  *
  * An unknown key, a missing '=', or a value that is not an integer in its
  * range is refused with a message naming it; the description of what is in

@@ -6,7 +6,8 @@
 # register) as hi + lo f16 pieces of x 2^s and read back by its uint2 index (2 t + piece + 16 wi + 8 eo,
 # only by lanes (g, t) with g % 4 == t: B's n column g, the others zero), D's columns 2 t, 2 t + 1 of a
 # word pair times the block scales of lanes 2 (t & 1) and 2 (t & 1) + 1 (the kernel's 32-bit scale
-# load), the lanes and the two column halves of a 16-row tile summed, the term weight times 2^(6 - s).
+# load), the lanes and the two column halves of a 16-row tile summed (k_mvs<2>; k_mvs<1>, up to 1,024
+# columns, sums a tile's whole rows in one warp: the same sums, one part), the term weight times 2^(6 - s).
 # Prints the largest row error relative to sum |w x| of the row (the pieces carry each x to 2^-22 of
 # itself, so at most about 2^-22; a wrong fragment, piece or scale mapping gives order 1).
 # python3 emu_mvs_mma.py [cols [xmax]]
