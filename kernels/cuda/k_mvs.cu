@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(MVS_NT, 1) k_mvs(const dlin *tab, const mv_tas
     const uint32_t *xf = xs + (size_t)tt * cols;
     const uint2 *xp = xl ? reinterpret_cast<const uint2 *>(xf + ch * nch * 128) + 2 * t + (g >> 2) : zp;
     const int64_t ur = (int64_t)(u % upt) * rb;
-    if (CP == 1) {
+    if constexpr (CP == 1) {
       for (int h = h0; h < rb / 16; h += MVS_GW) {
         float r0v, r8v;
         mvs_tile(st + (16 * h + g) * wrow, st + wst + (16 * h + g) * srow, wrow, srow, xp, xinc, 0, nch, t, r0v,

@@ -390,15 +390,17 @@ static enum mtpq_status build(tgpu *m, int T, struct mtpq_err *err) {
             x.tok = tok, x.t[0].sel_k = sh ? -1 : k, x.t[0].w = g->x.wsel + tok * RT_KST + (sh ? K : k);
             dn.push_back(x);
           }
-      }
-      for (int tok = 0; p.dnp[(size_t)i] == 1 && tok < T; tok++) {
-        mv_task x = dense_task(l.ex + (int)(2 * E), nullptr, 0, m->y + tok * HS, 0, 1);
-        x.tok = tok, x.nterm = 0;
-        for (int64_t k = 0; k < Kl; k++)
-          x.t[x.nterm++] = mv_term{l.ex + (int)(2 * E), (int)k, m->act + tok * SI + k * m->IM, g->x.wsel + tok * RT_KST + k};
-        if (l.shared_term)
-          x.t[x.nterm++] = mv_term{l.sd, -1, m->act + tok * SI + K * m->IM, g->x.wsel + tok * RT_KST + K};
-        dn.push_back(x);
+      } else {
+        for (int tok = 0; tok < T; tok++) {
+          mv_task x = dense_task(l.ex + (int)(2 * E), nullptr, 0, m->y + tok * HS, 0, 1);
+          x.tok = tok, x.nterm = 0;
+          for (int64_t k = 0; k < Kl; k++)
+            x.t[x.nterm++] =
+                mv_term{l.ex + (int)(2 * E), (int)k, m->act + tok * SI + k * m->IM, g->x.wsel + tok * RT_KST + k};
+          if (l.shared_term)
+            x.t[x.nterm++] = mv_term{l.sd, -1, m->act + tok * SI + K * m->IM, g->x.wsel + tok * RT_KST + K};
+          dn.push_back(x);
+        }
       }
       if (l.sd >= 0 && !l.shared_term) dn.push_back(dense_task(l.sd, m->act + K * m->IM, SI, m->y2, HS, T));
       if (!st) st = put_tasks(g, rs, &p.rs[i], err);
