@@ -13,7 +13,10 @@
  *     target again with the experts' gate/up streamed (MTPQ_CUDA_TUNE=mvs=1),
  *     and on one with wider experts, its gate/up streamed by default
  *     (wide_nvidia), and under mvs=1 its down as well;
- *   - one target past 256 cached positions (attention in several splits);
+ *   - one target past 256 cached positions (attention in several splits), and the attention's shapes: the
+ *     80B target's (G = 8, D = 256) and G = 16 with D = 72;
+ *   - all of it again with the attention's tensor-core form (MTPQ_CUDA_TUNE=tattn=1), whose long splits
+ *     (tattn_slots=4) a block walks in several steps;
  *   - sequences verified together (mtpq_target_verify_many: one forward of
  *     several sequences) equal each verified alone, states included;
  *   - a prompt through mtpq_target_prefill (the GEMM path,
@@ -91,6 +94,24 @@ static const char *wide_nvidia =
     "\"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 64, "
     "\"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, \"tie_word_embeddings\": false}";
 
+/* The attention's shapes on k_t_attn (kernels/cuda/k_tattn.cu), dense MLPs in BF16 (no routing to turn): the 80B
+ * target's 16 query heads over 2 KV heads of 256 (G = 8, D = 256: two halves of 8 k-steps, 16 value tiles), and
+ * 32 over 2 of 72 (G = 16: two row tiles a token, two tokens a block; D = 72: the last k-step half zeros) */
+static const char attn80[] =
+    "{\"model_type\": \"qwen3_next\", \"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 16, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 256, \"vocab_size\": 1000, \"intermediate_size\": 256, "
+    "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000000, \"partial_rotary_factor\": 0.25, \"full_attention_interval\": "
+    "2, "
+    "\"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 64, "
+    "\"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, \"tie_word_embeddings\": false}";
+static const char attn72[] =
+    "{\"model_type\": \"qwen3_5_text\", \"hidden_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 32, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 72, \"vocab_size\": 700, \"intermediate_size\": 192, "
+    "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000000, \"partial_rotary_factor\": 0.5, \"layer_types\": "
+    "[\"linear_attention\", \"full_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
+    "\"linear_key_head_dim\": 32, \"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, "
+    "\"tie_word_embeddings\": true}";
+
 /* P: tokens of the token-by-token prefill; PG: of the GEMM prefill (0: P, at least 40); PO: the GEMM prefill
  * prompt's offset, the first at which the CPU, its FP8 and NVFP4 experts given FP16 inputs as the prefill
  * gives them, routes none of its tokens within ROUTE_TIE of a tie (found with mtpq_target_seq_route_margin; the
@@ -111,6 +132,8 @@ static const struct tcase cases[] = {
     {"synthetic NVIDIA NVFP4", NULL, NULL, MTPQ_SYNTH_NVIDIA, 24, 403, 36},
     {"synthetic FP8", NULL, NULL, MTPQ_SYNTH_FP8, 24, 397, 7},
     {"synthetic BF16", NULL, NULL, MTPQ_SYNTH_BF16, 24, 411, 20},
+    {"attention 16 x 2 x 256", NULL, attn80, MTPQ_SYNTH_BF16, 300, 0, 0},
+    {"attention 32 x 2 x 72", NULL, attn72, MTPQ_SYNTH_BF16, 100, 0, 0},
 };
 
 /* MTPQ_GPU_TARGET_CASES=1,3 (say): only those cases (a short check on the GPU machine) */
@@ -174,9 +197,7 @@ static double gdn_states_err(struct mtpq_target *t, struct mtpq_target_seq *cs, 
   return worst;
 }
 
-START_TEST(test_prefill_and_states) {
-  const struct tcase *c = &cases[_i];
-  if (!wanted(_i)) return;
+static void prefill_and_states(const struct tcase *c, const char *how) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = open_case(c);
   const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
@@ -204,11 +225,15 @@ START_TEST(test_prefill_and_states) {
     tok = (int32_t)((ac * 7 + p * 13 + 5) % (V < 150000 ? V : 150000)); /* varied tokens, not the argmax chain alone */
   }
   gdn_states_err(t, cs, gs, c->name, 1);
-  printf("%s: %d-token prefill: hidden rel. err <= %.2e, argmax equal at %d of %d clear positions\n", c->name, P, worst,
-         same, clear);
+  printf("%s%s: %d-token prefill: hidden rel. err <= %.2e, argmax equal at %d of %d clear positions\n", c->name, how, P,
+         worst, same, clear);
   mtpq_target_seq_close(cs), mtpq_target_seq_close(gs);
   free(hc), free(hg), free(lc), free(lg);
   mtpq_target_close(t);
+}
+
+START_TEST(test_prefill_and_states) {
+  if (wanted(_i)) prefill_and_states(&cases[_i], "");
 }
 END_TEST
 
@@ -369,9 +394,7 @@ END_TEST
  * (all three in one forward) and T = 3 (forwards of two and one); then each
  * accepts its own slot and one more token equals the same on the sequence
  * verified alone (the state slots of every sequence) */
-START_TEST(test_verify_many) {
-  const struct tcase *c = &cases[_i];
-  if (!wanted(_i)) return;
+static void verify_many(const struct tcase *c, const char *how) {
   struct mtpq_err err = {0};
   struct mtpq_target *t = open_case(c);
   const int64_t H = mtpq_target_hidden(t), V = mtpq_target_vocab(t);
@@ -435,11 +458,39 @@ START_TEST(test_verify_many) {
     for (int b = 0; b < S; b++)
       mtpq_target_seq_close(m[b]), mtpq_target_seq_close(one[b]), mtpq_target_seq_close(cpu[b]);
   }
-  printf("%s: 3 sequences verified together vs alone (T = 2, 3), then a slot and a token: rel. err <= %.2e; "
+  printf("%s%s: 3 sequences verified together vs alone (T = 2, 3), then a slot and a token: rel. err <= %.2e; "
          "their logits vs the CPU's <= %.2e\n",
-         c->name, worst, worst_lg);
+         c->name, how, worst, worst_lg);
   free(x), free(hm), free(h1), free(lg), free(lm);
   mtpq_target_close(t);
+}
+
+START_TEST(test_verify_many) {
+  if (wanted(_i)) verify_many(&cases[_i], "");
+}
+END_TEST
+
+/* the attention's tensor-core form (MTPQ_CUDA_TUNE=tattn=1, k_t_attn_mma): every case's token-by-token
+ * prefill, verify slots and sequences verified together; then the attention cases with 4 block slots
+ * (tattn_slots=4): a sequence's positions in two splits at one token and in one at two and three tokens of three
+ * sequences (6 blocks a split), so a block walks up to five TQ_CH steps, every stage of its ring refilled, and a
+ * token's own rows may sit in any step */
+START_TEST(test_attn_mma) {
+  struct mtpq_err err = {0};
+  ck_assert_msg(mtpq_cuda_tune_override(NULL, NULL, "tattn=1", &err) == MTPQ_OK, "%s", err.msg);
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
+    if (wanted(i)) {
+      prefill_and_states(&cases[i], " (tattn=1)");
+      verify_slots(&cases[i], " (tattn=1)");
+      verify_many(&cases[i], " (tattn=1)");
+    }
+  ck_assert_msg(mtpq_cuda_tune_override(NULL, NULL, "tattn=1,tattn_slots=4", &err) == MTPQ_OK, "%s", err.msg);
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
+    if ((cases[i].synth == attn80 || cases[i].synth == attn72) && wanted(i)) {
+      prefill_and_states(&cases[i], " (tattn=1, long splits)");
+      verify_many(&cases[i], " (tattn=1, long splits)");
+    }
+  ck_assert(mtpq_cuda_tune_override(NULL, NULL, NULL, &err) == MTPQ_OK);
 }
 END_TEST
 
@@ -542,6 +593,7 @@ int main(void) {
   tcase_add_test(tc, test_verify_streamed);
   tcase_add_test(tc, test_verify_streamed_wide);
   tcase_add_test(tc, test_nonfinite_logits);
+  tcase_add_test(tc, test_attn_mma);
   suite_add_tcase(s, tc);
   return tu_run_suite(s, 1);
 }

@@ -197,12 +197,13 @@ START_TEST(test_cuda_settings) {
   ck_assert_int_eq(mtpq_cuda_tune_parse(NULL, NULL, NULL, &t, &err), MTPQ_OK);
   ck_assert_int_eq(memcmp(&t, &d, sizeof t), 0);
   ck_assert(d.graphs == 1 && d.pdl == 1 && d.head_mma == 1 && d.dmma == 1 && d.glu == 1 && d.lt == 5 &&
-            d.attn_ring == 2 && d.attn_x == 0 && d.kv_ef == -1 && d.mvs == -1);
+            d.attn_ring == 2 && d.attn_x == 0 && d.kv_ef == -1 && d.mvs == -1 && d.tattn == 0 && d.tattn_slots == 0);
   ck_assert_int_eq(
-      mtpq_cuda_tune_parse("0", "0", "head_mma=0,dmma=0,glu=0,lt=8,attn_ring=0,attn_x=7,kv_ef=1,mvs=1", &t, &err),
+      mtpq_cuda_tune_parse(
+          "0", "0", "head_mma=0,dmma=0,glu=0,lt=8,attn_ring=0,attn_x=7,kv_ef=1,mvs=1,tattn=1,tattn_slots=4", &t, &err),
       MTPQ_OK);
   ck_assert(t.graphs == 0 && t.pdl == 0 && t.head_mma == 0 && t.dmma == 0 && t.glu == 0 && t.lt == 8 &&
-            t.attn_ring == 0 && t.attn_x == 7 && t.kv_ef == 1 && t.mvs == 1);
+            t.attn_ring == 0 && t.attn_x == 7 && t.kv_ef == 1 && t.mvs == 1 && t.tattn == 1 && t.tattn_slots == 4);
   char buf[512];
   mtpq_cuda_tune_describe(&t, buf, sizeof buf);
   ck_assert_msg(strstr(buf, "graphs OFF") && strstr(buf, "pdl OFF") && strstr(buf, "lt=8*") &&
@@ -216,6 +217,8 @@ START_TEST(test_cuda_settings) {
       {NULL, "lt=9", "lt: value \"9\""},
       {NULL, "kv_ef=-2", "kv_ef: value \"-2\""},
       {NULL, "mvs=2", "mvs: value \"2\""},
+      {NULL, "tattn=2", "tattn: value \"2\""},
+      {NULL, "tattn_slots=-1", "tattn_slots: value \"-1\""},
       {NULL, "attn_ring=1x", "attn_ring: value \"1x\""},
       {NULL, "dmma", "not key=value"},
       {NULL, "dmma=", "dmma: value \"\""},

@@ -120,44 +120,45 @@ static void t_addnorm(gpu_session *g, int T, const float *y, int np, int64_t ps,
   else t_addnorm_go<false>(g, T, H, y, 1, 0, y2, s2, ys, h, HS, w, eps, out, os);
 }
 
-struct tk_attn_args {
-  tk_calls c;
-  const float *qg, *kk, *vv, *qn, *kn;
-  float *pm, *pl, *pacc, *att;
-  int Nq, Nkv, D, rot, NS;
-  int slots; // k_t_attn's block slots on the GPU (ta_runs)
-  int64_t QGS, KVS, ATS;
-  float theta, eps;
-};
-
-// grid (Nkv, T): token t's keys normed and rotated, keys and values to its sequence's cache at the token's
-// position (BF16, to nearest even)
+// grid (Nkv, T), block 128: token t's key normed and rotated, key and value to its sequence's cache at the
+// token's position (BF16, to nearest even), and with mma the G query heads of KV head g normed ((1 + w)
+// RMSNorm) and rotated in place in qg, a warp a head, for k_t_attn_mma (k_t_attn norms its own). The RoPE
+// pairs' cosines and sines at the position are made once (before the wait: the position is known).
 __global__ void k_t_kv(tk_attn_args A) {
   __shared__ float sh[32];
-  extern __shared__ float kx[]; // [D]
+  extern __shared__ float kx[]; // [D] the key, [4][D] the warps' query heads, [rot / 2] float2 the RoPE pairs
   rt_trigger();
   RT_TL_START();
-  const int g = blockIdx.x, t = blockIdx.y, D = A.D;
+  const int g = blockIdx.x, t = blockIdx.y, D = A.D, G = A.Nq / A.Nkv, lane = threadIdx.x & 31;
   const tcall &cl = A.c.c[t / A.c.Tn]; // (copied in before the forward's first kernel: read before the wait)
   uint16_t *const kc = cl.kc[A.c.layer], *const vc = cl.vc[A.c.layer];
   const int64_t pos = cl.pos0 + t % A.c.Tn, KV = (int64_t)A.Nkv * D;
+  float *qx = kx + D * (1 + (threadIdx.x >> 5));
+  float2 *cs = reinterpret_cast<float2 *>(kx + 5 * D);
+  for (int j = threadIdx.x; j < A.rot / 2; j += blockDim.x) mtpq_rope_cs(j, A.rot, pos, A.theta, &cs[j].x, &cs[j].y);
   rt_wait();
   const float *k = A.kk + t * A.KVS + g * D, *v = A.vv + t * A.KVS + g * D;
-  tk_zcnorm(k, A.kn, D, A.eps, kx, sh);
+  tk_zcnorm(k, A.kn, D, A.eps, kx, sh); // (its barriers publish cs)
   __syncthreads();
-  for (int j = threadIdx.x; j < A.rot / 2; j += blockDim.x) mtpq_rope_pair(kx, j, A.rot, pos, A.theta);
+  for (int j = threadIdx.x; j < A.rot / 2; j += blockDim.x) mtpq_rope_apply(kx, j, A.rot / 2, cs[j].x, cs[j].y);
   __syncthreads();
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     kc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(kx[d]));
     vc[pos * KV + g * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(v[d]));
   }
+  for (int h = threadIdx.x >> 5; A.mma && h < G; h += blockDim.x >> 5) {
+    float *q = A.qg + t * A.QGS + (int64_t)(g * G + h) * 2 * D;
+    float ss = 0.0f;
+    for (int d = lane; d < D; d += 32) ss += q[d] * q[d];
+    const float r = 1.0f / sqrtf(rt_warp_sum(ss) / (float)D + A.eps);
+    for (int d = lane; d < D; d += 32) qx[d] = q[d] * r * (1.0f + A.qn[d]);
+    __syncwarp();
+    for (int j = lane; j < A.rot / 2; j += 32) mtpq_rope_apply(qx, j, A.rot / 2, cs[j].x, cs[j].y);
+    __syncwarp();
+    for (int d = lane; d < D; d += 32) q[d] = qx[d];
+    __syncwarp();
+  }
   RT_TL_END();
-}
-
-// the forward's split length for sequence call cl (T: the forward's tokens, both grids' y): k_t_attn splits by
-// it and k_t_comb merges by it, so both take it from here
-__device__ __forceinline__ int64_t tk_split_len(const tk_attn_args &A, const tcall &cl, int T) {
-  return ta_run(cl.pos0 + A.c.Tn, ta_runs(A.slots, A.Nkv, T));
 }
 
 // grid (Nkv, T, NS), block 256: the G = Nq / Nkv query heads of KV head kv,
@@ -562,7 +563,13 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
   tk_attn_args aa = {};
   aa.c = cs, aa.qg = m->qg, aa.kk = m->kk, aa.vv = m->vv, aa.pm = m->pm, aa.pl = m->pl, aa.pacc = m->pacc;
   aa.att = m->att, aa.Nq = (int)t->Nq, aa.Nkv = (int)t->Nkv, aa.D = (int)t->D, aa.rot = (int)t->rot;
-  aa.slots = t->Nkv > 0 ? attn_slots(g, (int)(t->Nq / t->Nkv)) : 1;
+  aa.mma = g->set.tune.tattn;
+  if (aa.mma) {
+    aa.slots = g->set.tune.tattn_slots > 0 ? g->set.tune.tattn_slots : t->Nkv > 0 ? t_attn_slots(g, (int)t->D) : 1;
+    aa.bps = t->Nkv > 0 ? t_attn_bps((int)t->Nkv, (int)(t->Nq / t->Nkv), n, Tn) : 1;
+  } else {
+    aa.slots = t->Nkv > 0 ? attn_slots(g, (int)(t->Nq / t->Nkv)) : 1;
+  }
   aa.NS = (int)m->NSMAX, aa.QGS = m->QGS, aa.KVS = m->KVS, aa.ATS = m->ATS, aa.theta = t->theta, aa.eps = t->eps;
   tk_gdn_args ga = {};
   ga.c = cs, ga.proj = m->proj, ga.chan_src = m->chan_src, ga.z_src = m->z_src, ga.b_src = m->b_src;
@@ -575,10 +582,11 @@ void t_enqueue(tgpu *m, int n, int Tn, int head) {
     mark(g, l.kind == 'A' ? "attn q/k/v" : "gdn in_proj");
     if (l.kind == 'A') {
       aa.qn = l.qn, aa.kn = l.kn, aa.c.layer = (int)i;
-      const size_t sm = (size_t)t->D * 4;
+      const size_t sm = (size_t)(5 * t->D + t->rot) * 4;
       go(g, true, k_t_kv, dim3((unsigned)t->Nkv, T), dim3(128), sm, aa);
       mark(g, "attn k norm+rope, cache");
-      attn_run(g, aa, T, (int)m->NSMAX);
+      if (aa.mma) t_attn_run(g, aa, n, Tn);
+      else attn_run(g, aa, T, (int)m->NSMAX);
       mark(g, "attn splits");
       go(g, true, k_t_comb, dim3((unsigned)t->Nq, T), dim3(256), 0, aa);
       mark(g, "attn combine + gate");

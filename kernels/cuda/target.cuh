@@ -14,8 +14,10 @@
 //       out         launch_mv: out_proj
 //     'A' (gated attention):
 //       q, k, v     launch_mv (one launch, three tasks)
-//       k_t_kv      K: (1 + w) norm + RoPE, K and V to the BF16 cache
-//       k_t_attn    q norm + RoPE, causal attention over a split of TA_C positions
+//       k_t_kv      K: (1 + w) norm + RoPE, K and V to the BF16 cache (tattn=1: q's norm + RoPE in place too)
+//       k_t_attn    q norm + RoPE, causal attention over a split of TA_C positions (with MTPQ_CUDA_TUNE=tattn=1:
+//                   k_t_attn_mma, a group of tokens over a split on the tensor cores, k_tattn.cu, q normed and
+//                   roped by k_t_kv)
 //       k_t_comb    the splits merged, x sigmoid(gate)
 //       o           launch_mv: o_proj
 //     k_t_addnorm   residual + post-attention norm
@@ -74,6 +76,22 @@ __host__ __device__ inline int64_t ta_grid(int64_t max_pos) {
   return a > (b < TA_SPLITS ? b : TA_SPLITS) ? a : (b < TA_SPLITS ? b : TA_SPLITS);
 }
 
+// k_t_attn's tensor-core form (MTPQ_CUDA_TUNE=tattn=1; kernels/cuda/k_tattn.cu): a block a (KV head,
+// sequence, group of up to ta_tb(G) tokens, run) walks its run TQ_CH positions at a time, so a run is not
+// bounded by TA_C: about tq_runs(slots, bps) runs a sequence (bps: the forward's blocks a run), at most
+// TA_SPLITS, each tq_run(pos0 + Tn, runs) positions (a multiple of TQ_CH); ta_grid covers them.
+#define TQ_CH 64 // cached positions a step (a stage of keys or of values)
+__host__ __device__ inline int64_t tq_runs(int64_t slots, int64_t bps) {
+  const int64_t r = slots / bps;
+  return r < 1 ? 1 : r > TA_SPLITS ? TA_SPLITS : r;
+}
+__host__ __device__ inline int64_t tq_run(int64_t n, int64_t runs) {
+  const int64_t c = ((n + runs - 1) / runs + TQ_CH - 1) / TQ_CH * TQ_CH;
+  return c < TQ_CH ? TQ_CH : c;
+}
+// tokens a block of the tensor-core form: up to 32 query rows, a tile of 8 a token's 8 heads (G <= 16)
+__host__ __device__ inline int ta_tb(int G) { return G > 8 ? 2 : 4; }
+
 // the device helpers of the target's kernels (k_target.cu) and the prefill's (k_prefill.cu)
 // sum over the block (blockDim a multiple of 32, at most 1024); sh: 32 floats; every thread gets it
 __device__ __forceinline__ float tk_block_sum(float v, float *sh) {
@@ -131,6 +149,28 @@ struct tk_calls {
   const tcall *c;
   int Tn, layer;
 };
+
+// the attention's arguments (k_t_kv, k_t_attn, k_t_comb): qg holds each token's query heads (q | gate
+// interleaved a head; with mma, k_t_kv norms and ropes q in place), kk and vv the projected keys and values;
+// pm, pl, pacc the splits' partials [token][query head][split] (pacc: D values each), att the gated outputs;
+// slots: k_t_attn's block slots on the GPU; mma: its tensor-core form (k_tattn.cu), bps that form's blocks a
+// split (tq_runs)
+struct tk_attn_args {
+  tk_calls c;
+  float *qg;
+  const float *kk, *vv, *qn, *kn;
+  float *pm, *pl, *pacc, *att;
+  int Nq, Nkv, D, rot, NS;
+  int slots, bps, mma;
+  int64_t QGS, KVS, ATS;
+  float theta, eps;
+};
+
+// the forward's split length for sequence call cl (T: the forward's tokens): k_t_attn splits by it and k_t_comb
+// merges by it, so both take it from here
+__device__ __forceinline__ int64_t tk_split_len(const tk_attn_args &A, const tcall &cl, int T) {
+  return A.mma ? tq_run(cl.pos0 + A.c.Tn, tq_runs(A.slots, A.bps)) : ta_run(cl.pos0 + A.c.Tn, ta_runs(A.slots, A.Nkv, T));
+}
 
 // a layer on the device: norms and vectors as float32, products as indices into the weight table
 struct tlayer_dev {
@@ -193,3 +233,9 @@ struct tseq {
 // k_target.cu: one forward's kernels in order, on m->ctx's stream: Tn tokens of each of the n sequences whose
 // blocks are in m->calls
 void t_enqueue(tgpu *m, int n, int Tn, int head);
+
+// k_tattn.cu: the tensor-core form of the attention's split kernel (k_t_attn_mma) for a forward of n sequences
+// of Tn tokens (aa.slots and aa.bps from t_attn_slots and t_attn_bps), and its block slots on this GPU
+void t_attn_run(gpu_session *g, const tk_attn_args &aa, int n, int Tn);
+int t_attn_slots(gpu_session *g, int D);
+inline int t_attn_bps(int Nkv, int G, int n, int Tn) { return Nkv * n * ((Tn + ta_tb(G) - 1) / ta_tb(G)); }

@@ -12,7 +12,7 @@
  * (tests/check_gpu_runtime.c, its table runs every key) and a person
  * diagnosing a wrong result force it on any shape. Defaults are the
  * measured choices (tests/bench/LEDGER.md has the numbers: graphs and PDL
- * 25, head_mma 14, dmma 13, glu 23, lt 2, attn_ring and attn_x 12, kv_ef 18, mvs 62).
+ * 25, head_mma 14, dmma 13, glu 23, lt 2, attn_ring and attn_x 12, kv_ef 18, mvs 62, tattn 70).
  *
  *   head_mma=0|1     1: the FP8/BF16 head on tensor cores where the shape
  *                    allows (k_head_dyn, k_head_mma); 0: the FFMA head (k_mv)
@@ -32,6 +32,13 @@
  *                    target's down from two tokens on) on the streamed
  *                    kernel (k_mvs): -1 (default) where k_mv would take more
  *                    than one wave, 0 never, 1 wherever it applies
+ *   tattn=0|1        1: the target's attention splits on the tensor cores,
+ *                    a block a group of tokens (k_t_attn_mma, ledger 70:
+ *                    not yet measured); 0 (default): a block a token
+ *   tattn_slots=0..65536  with tattn=1, the block slots its splits fill
+ *                    once: 0 (default) the GPU's; a few make long splits,
+ *                    each a block's walk of many steps (tests: its ring of
+ *                    stages refilled)
  *
  * An unknown key, a missing '=', or a value that is not an integer in its
  * range is refused with a message naming it; the description of what is in
@@ -53,6 +60,7 @@ struct mtpq_cuda_tune {
   int head_mma, dmma, glu, lt;            /* tuning keys, see above */
   int attn_ring, attn_x, kv_ef;
   int mvs;
+  int tattn, tattn_slots;
 };
 
 /* The defaults. */
