@@ -133,6 +133,7 @@ static const struct {
     {"0", NULL, NULL},           /* MTPQ_CUDA_GRAPHS=0: the kernels launched one by one */
     {NULL, "0", NULL},           /* MTPQ_CUDA_PDL=0: no programmatic dependent launch */
     {NULL, NULL, "mvs=1"},       /* one-token NVFP4 products streamed wherever k_mvs applies (default: past a wave) */
+    {NULL, NULL, "dmv=1"},       /* plain dense products of few rows at 2..8 tokens a warp a row (k_dmv) */
 };
 static const char *knob_now = "defaults";
 #define NKNOB (sizeof knobs / sizeof knobs[0])
@@ -321,11 +322,13 @@ START_TEST(test_random_shapes) {
        multiples of 256), r2 and r10 (2,048 columns, the 80B shape's) with
        the quantized drafter's routed gate/up streamed at every token count
        (k_mvs; by default only where k_mv would take more than a wave: r7's
-       1,024-row pairs from 2 tokens on) */
+       1,024-row pairs from 2 tokens on); r0, r2 and r10 with the dense
+       products of few rows at 2..8 tokens on k_dmv (dmv=1: those of
+       whole 256-column multiples, the routers among them) */
     const int others = (k >= 5 ? 1 : 0) | (k == 0 || k == 4 ? 2 | 4 : 0) | (k == 0 ? 8 | 256 | 512 : 0) |
                        (k == 0 || k == 10 ? 16 : 0) | (k == 0 || k == 5 || k == 10 ? 32 : 0) |
                        (k == 0 || k == 3 || k == 5 ? 64 : 0) | (k == 0 || k == 6 ? 128 : 0) |
-                       (k <= 2 || k == 10 ? 1024 : 0);
+                       (k <= 2 || k == 10 ? 1024 : 0) | (k == 0 || k == 2 || k == 10 ? 2048 : 0);
     compare_random_knobs(dir, NULL, 21 + 9 * (int64_t)k, others);
     if (!sh[k][7]) continue;
     /* a reduced head of every 3rd id */

@@ -16,7 +16,8 @@
  *   - one target past 256 cached positions (attention in several splits), and the attention's shapes: the
  *     80B target's (G = 8, D = 256) and G = 16 with D = 72;
  *   - all of it again with the attention's tensor-core form (MTPQ_CUDA_TUNE=tattn=1), whose long splits
- *     (tattn_slots=4) a block walks in several steps;
+ *     (tattn_slots=4) a block walks in several steps; the verifies again with the dense products of few rows a
+ *     warp a row (dmv=1);
  *   - sequences verified together (mtpq_target_verify_many: one forward of
  *     several sequences) equal each verified alone, states included;
  *   - a prompt through mtpq_target_prefill (the GEMM path,
@@ -578,6 +579,21 @@ START_TEST(test_batch_lossless) {
 }
 END_TEST
 
+/* the plain dense products of few rows at 2..8 tokens a warp a row (MTPQ_CUDA_TUNE=dmv=1, k_dmv: the routers of
+ * 256 columns, the synthetic targets' small products): every case's verify slots and sequences verified
+ * together */
+START_TEST(test_dmv) {
+  struct mtpq_err err = {0};
+  ck_assert_msg(mtpq_cuda_tune_override(NULL, NULL, "dmv=1", &err) == MTPQ_OK, "%s", err.msg);
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
+    if (wanted(i)) {
+      verify_slots(&cases[i], " (dmv=1)");
+      verify_many(&cases[i], " (dmv=1)");
+    }
+  ck_assert(mtpq_cuda_tune_override(NULL, NULL, NULL, &err) == MTPQ_OK);
+}
+END_TEST
+
 int main(void) {
   if (tu_no_gpu()) return 77;
   Suite *s = suite_create("gpu_target");
@@ -594,6 +610,7 @@ int main(void) {
   tcase_add_test(tc, test_verify_streamed_wide);
   tcase_add_test(tc, test_nonfinite_logits);
   tcase_add_test(tc, test_attn_mma);
+  tcase_add_test(tc, test_dmv);
   suite_add_tcase(s, tc);
   return tu_run_suite(s, 1);
 }

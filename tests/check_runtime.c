@@ -197,13 +197,16 @@ START_TEST(test_cuda_settings) {
   ck_assert_int_eq(mtpq_cuda_tune_parse(NULL, NULL, NULL, &t, &err), MTPQ_OK);
   ck_assert_int_eq(memcmp(&t, &d, sizeof t), 0);
   ck_assert(d.graphs == 1 && d.pdl == 1 && d.head_mma == 1 && d.dmma == 1 && d.glu == 1 && d.lt == 5 &&
-            d.attn_ring == 2 && d.attn_x == 0 && d.kv_ef == -1 && d.mvs == -1 && d.tattn == 0 && d.tattn_slots == 0);
-  ck_assert_int_eq(
-      mtpq_cuda_tune_parse(
-          "0", "0", "head_mma=0,dmma=0,glu=0,lt=8,attn_ring=0,attn_x=7,kv_ef=1,mvs=1,tattn=1,tattn_slots=4", &t, &err),
-      MTPQ_OK);
+            d.attn_ring == 2 && d.attn_x == 0 && d.kv_ef == -1 && d.mvs == -1 && d.tattn == 0 && d.tattn_slots == 0 &&
+            d.dmv == 0);
+  ck_assert_int_eq(mtpq_cuda_tune_parse(
+                       "0", "0",
+                       "head_mma=0,dmma=0,glu=0,lt=8,attn_ring=0,attn_x=7,kv_ef=1,mvs=1,tattn=1,tattn_slots=4,dmv=1",
+                       &t, &err),
+                   MTPQ_OK);
   ck_assert(t.graphs == 0 && t.pdl == 0 && t.head_mma == 0 && t.dmma == 0 && t.glu == 0 && t.lt == 8 &&
-            t.attn_ring == 0 && t.attn_x == 7 && t.kv_ef == 1 && t.mvs == 1 && t.tattn == 1 && t.tattn_slots == 4);
+            t.attn_ring == 0 && t.attn_x == 7 && t.kv_ef == 1 && t.mvs == 1 && t.tattn == 1 && t.tattn_slots == 4 &&
+            t.dmv == 1);
   char buf[512];
   mtpq_cuda_tune_describe(&t, buf, sizeof buf);
   ck_assert_msg(strstr(buf, "graphs OFF") && strstr(buf, "pdl OFF") && strstr(buf, "lt=8*") &&

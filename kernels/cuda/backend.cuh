@@ -286,6 +286,9 @@ inline std::vector<uint8_t> interleave_rows(const uint8_t *a, const uint8_t *b, 
 }
 mv_task dense_task(int lin, const float *x, int64_t xs, float *y, int64_t ys, int nb);
 enum mtpq_status put_tasks(gpu_session *g, const std::vector<mv_task> &v, mv_launch *m, struct mtpq_err *err);
+// k_dmv.cu: a plain dense FP8/BF16 launch of few rows at 2..8 tokens, a warp a row (tune dmv=1); false where it
+// does not apply
+bool dmv_launch(gpu_session *g, const mv_launch &m);
 void launch_mv(gpu_session *g, const mv_launch &m);
 // k_mv.cu: any product on the FFMA kernels
 void mv_ffma_launch(gpu_session *g, const mv_launch &m);

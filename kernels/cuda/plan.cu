@@ -113,6 +113,6 @@ enum mtpq_status build_plan(gpu_session *g, int n, struct mtpq_err *err) {
 // alone, the step was not (ledger 6).
 void launch_mv(gpu_session *g, const mv_launch &m) {
   if (!m.ntask) return;
-  if (head_mma_launch(g, m) || dmma_launch(g, m)) return;
+  if (head_mma_launch(g, m) || dmv_launch(g, m) || dmma_launch(g, m)) return;
   mv_ffma_launch(g, m);
 }

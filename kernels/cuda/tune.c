@@ -22,13 +22,14 @@ static const struct key {
     {"attn_x", offsetof(struct mtpq_cuda_tune, attn_x), 0, 65536},
     {"kv_ef", offsetof(struct mtpq_cuda_tune, kv_ef), -1, 1},
     {"mvs", offsetof(struct mtpq_cuda_tune, mvs), -1, 1},
+    {"dmv", offsetof(struct mtpq_cuda_tune, dmv), 0, 1},
     {"tattn", offsetof(struct mtpq_cuda_tune, tattn), 0, 1},
     {"tattn_slots", offsetof(struct mtpq_cuda_tune, tattn_slots), 0, 65536},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
 struct mtpq_cuda_tune mtpq_cuda_tune_default(void) {
-  struct mtpq_cuda_tune t = {1, 1, 1, 1, 1, 5, 2, 0, -1, -1, 0, 0};
+  struct mtpq_cuda_tune t = {1, 1, 1, 1, 1, 5, 2, 0, -1, -1, 0, 0, 0};
   return t;
 }
 

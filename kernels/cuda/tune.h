@@ -12,7 +12,7 @@
  * (tests/check_gpu_runtime.c, its table runs every key) and a person
  * diagnosing a wrong result force it on any shape. Defaults are the
  * measured choices (tests/bench/LEDGER.md has the numbers: graphs and PDL
- * 25, head_mma 14, dmma 13, glu 23, lt 2, attn_ring and attn_x 12, kv_ef 18, mvs 62, tattn 70).
+ * 25, head_mma 14, dmma 13, glu 23, lt 2, attn_ring and attn_x 12, kv_ef 18, mvs 62, tattn 70, dmv 71).
  *
  *   head_mma=0|1     1: the FP8/BF16 head on tensor cores where the shape
  *                    allows (k_head_dyn, k_head_mma); 0: the FFMA head (k_mv)
@@ -32,6 +32,10 @@
  *                    target's down from two tokens on) on the streamed
  *                    kernel (k_mvs): -1 (default) where k_mv would take more
  *                    than one wave, 0 never, 1 wherever it applies
+ *   dmv=0|1          1: plain dense products at 2..8 tokens whose k_dmma
+ *                    clusters would cover under half the SMs (the router)
+ *                    a warp a row (k_dmv, ledger 71: not yet measured); 0
+ *                    (default): k_dmma
  *   tattn=0|1        1: the target's attention splits on the tensor cores,
  *                    a block a group of tokens (k_t_attn_mma, ledger 70:
  *                    not yet measured); 0 (default): a block a token
@@ -61,6 +65,7 @@ struct mtpq_cuda_tune {
   int attn_ring, attn_x, kv_ef;
   int mvs;
   int tattn, tattn_slots;
+  int dmv;
 };
 
 /* The defaults. */
