@@ -20,7 +20,7 @@ mkdir -p "$O"
 export MTPQ_DEVICE_TARGETS="mtpq check_gpu_target"
 if [ -n "${BASE:-}" ]; then dev_build_all "$O" "$BASE" || exit 1; else dev_build "$O" || exit 1; fi
 echo "built at ${SECONDS}s"
-timeout 300 ./build-gpu/tests/check_gpu_target > "$O/chk-target.txt" 2>&1
+timeout 240 ./build-gpu/tests/check_gpu_target > "$O/chk-target.txt" 2>&1
 echo "check_gpu_target rc $? at ${SECONDS}s"
 dev_summary "$O/chk-target.txt"
 grep -E "attention|tattn|dmv" "$O/chk-target.txt" | head -40
