@@ -95,9 +95,10 @@ static const char *wide_nvidia =
     "\"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 64, "
     "\"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, \"tie_word_embeddings\": false}";
 
-/* The attention's shapes on k_t_attn (kernels/cuda/k_tattn.cu), dense MLPs in BF16 (no routing to turn): the 80B
- * target's 16 query heads over 2 KV heads of 256 (G = 8, D = 256: two halves of 8 k-steps, 16 value tiles), and
- * 32 over 2 of 72 (G = 16: two row tiles a token, two tokens a block; D = 72: the last k-step half zeros) */
+/* The attention's shapes on k_t_attn and k_t_attn_mma (kernels/cuda/k_tattn.cu), dense MLPs in BF16 (no routing
+ * to turn): the 80B target's 16 query heads over 2 KV heads of 256 (G = 8, D = 256: two halves of 8 k-steps, 16
+ * value tiles), and 32 over 2 of 72 (G = 16: two row tiles a token, two tokens a block; D = 72: the last k-step
+ * half zeros) */
 static const char attn80[] =
     "{\"model_type\": \"qwen3_next\", \"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 16, "
     "\"num_key_value_heads\": 2, \"head_dim\": 256, \"vocab_size\": 1000, \"intermediate_size\": 256, "
