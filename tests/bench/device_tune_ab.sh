@@ -2,7 +2,7 @@
 # GPU machine, one call: candidate paths selected by MTPQ_CUDA_TUNE (default
 # "tattn=1 tattn=1,dmv=1": the target attention's tensor-core form,
 # ledger 70, and that with the dense products of few rows a warp a row,
-# ledger 71; about 8 minutes with the defaults)
+# ledger 71; three runs a round, sized for one 10-minute call, not yet timed)
 # against the defaults, in one build. check_gpu_target first (its
 # test_attn_mma and test_dmv run the cases with those keys), then
 # bench-target on the synthetic 80B shape (ARGS, default 4K and 32K, decode
