@@ -6,8 +6,8 @@
 // (ledger 71: written, not yet run).
 //
 // Why: k_dmma's block takes 128 rows of a 512-column slice, so the router's
-// 2 MB go through 20 blocks, about 5.6 us at two tokens and 6.9 at four
-// (ledger 61's timeline) against under 1 us of bytes. Here a block takes 8
+// 2 MB go through 20 blocks, most SMs idle, each block's loads a long chain
+// (ledger 71 has the timeline's figures). Here a block takes 8
 // rows (a warp each, 65 blocks for the router), each lane requests its 16-byte
 // pieces of the row before the wait, the tokens' x go to shared memory after
 // it, and the lane sums its columns for every token with FFMAs (float32, as

@@ -8,8 +8,8 @@
 // Why: a forward's T tokens of one sequence attend to the same cached rows.
 // A block a (KV head, token, split) read every row once per token and took
 // each score as a warp's sum of lanes' FFMA dots (a shuffle tree a row and
-// head), so the splits grew with T (ledger 61's timeline: 16 us a layer at
-// one token, 38 at four, against 2.7 us of K/V bytes at 4K). Here a block
+// head), so the splits grew with T, far above their K/V bytes (ledger 70
+// has ledger 61's timeline figures). Here a block
 // takes a (KV head, sequence, group of up to four tokens, split): the
 // group's query rows (its tokens' G heads) against each cached row once, as
 // m16n8k16 products, the scores as (position x query row) tiles and the
