@@ -301,6 +301,8 @@ bool mvs_fits(const gpu_session *g, int fmt, int64_t rows, int64_t cols);
 // k_head.cu, k_dmma.cu: false where the launch does not fit them
 bool head_mma_launch(gpu_session *g, const mv_launch &m);
 bool dmma_launch(gpu_session *g, const mv_launch &m);
+// the blocks k_dmma's grid would have for m (its clusters' slices times its row blocks)
+int64_t dmma_blocks(const mv_launch &m);
 // k_lt.cu
 enum mtpq_status lt_plan(gpu_session *g, int n, plan &p, struct mtpq_err *err);
 void lt_run(gpu_session *g, int n);

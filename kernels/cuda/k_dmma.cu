@@ -173,6 +173,11 @@ template <int F, int NB, int P = 3> static void dmma_run(gpu_session *g, const m
         (const dlin *)g->w.lins, (const mv_task *)m.dev, fg);
 }
 
+int64_t dmma_blocks(const mv_launch &m) {
+  const mv_flat fg = flat_grid(m, RT_DM_ROWS);
+  return (int64_t)fg.off[m.ntask] * ((m.cols + RT_DM_SLICE - 1) / RT_DM_SLICE);
+}
+
 bool dmma_launch(gpu_session *g, const mv_launch &m) {
   const int NB = nb_slots(m.nbmax);
   const int64_t ks = (m.cols + RT_DM_SLICE - 1) / RT_DM_SLICE;

@@ -108,9 +108,7 @@ bool dmv_launch(gpu_session *g, const mv_launch &m) {
   if (!g->set.tune.dmv || !g->set.fast || NB < 2 || !m.plain || (m.fmt != 0 && m.fmt != 1) || m.ntask > RT_FLAT ||
       m.cols % (32 * el) || m.cols > DMV_PIECES * 32 * el)
     return false;
-  int64_t dmma_blocks = 0; // k_dmma's: 512-column slices x 128-row blocks of every task
-  for (int t = 0; t < m.ntask; t++) dmma_blocks += (m.trows[t] + 127) / 128 * ((m.cols + 511) / 512);
-  if (2 * dmma_blocks >= g->sms) return false;
+  if (2 * dmma_blocks(m) >= g->sms) return false;
   const bool f = m.fmt == 1;
   switch (NB) {
   case 2: f ? dmv_run<1, 2>(g, m) : dmv_run<0, 2>(g, m); break;

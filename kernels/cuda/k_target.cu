@@ -148,10 +148,7 @@ __global__ void k_t_kv(tk_attn_args A) {
   }
   for (int h = threadIdx.x >> 5; A.mma && h < G; h += blockDim.x >> 5) {
     float *q = A.qg + t * A.QGS + (int64_t)(g * G + h) * 2 * D;
-    float ss = 0.0f;
-    for (int d = lane; d < D; d += 32) ss += q[d] * q[d];
-    const float r = 1.0f / sqrtf(rt_warp_sum(ss) / (float)D + A.eps);
-    for (int d = lane; d < D; d += 32) qx[d] = q[d] * r * (1.0f + A.qn[d]);
+    tk_head_norm(q, A.qn, D, A.eps, qx);
     __syncwarp();
     for (int j = lane; j < A.rot / 2; j += 32) mtpq_rope_apply(qx, j, A.rot / 2, cs[j].x, cs[j].y);
     __syncwarp();
@@ -189,11 +186,7 @@ template <int G> __global__ void __launch_bounds__(256) k_t_attn(tk_attn_args A)
   const int64_t KV = (int64_t)A.Nkv * D;
   // the queries: (1 + w) RMSNorm and RoPE, a warp per head
   for (int g = w; g < G; g += 8) {
-    const float *q = A.qg + t * A.QGS + (int64_t)(kv * G + g) * 2 * D;
-    float ss = 0.0f;
-    for (int d = lane; d < D; d += 32) ss += q[d] * q[d];
-    const float r = 1.0f / sqrtf(rt_warp_sum(ss) / (float)D + A.eps);
-    for (int d = lane; d < D; d += 32) qs[g][d] = q[d] * r * (1.0f + A.qn[d]);
+    tk_head_norm(A.qg + t * A.QGS + (int64_t)(kv * G + g) * 2 * D, A.qn, D, A.eps, qs[g]);
     __syncwarp();
     for (int j = lane; j < A.rot / 2; j += 32) mtpq_rope_pair(qs[g], j, A.rot, pos, A.theta);
   }

@@ -128,6 +128,16 @@ __device__ __forceinline__ void tk_zcnorm(const float *x, const float *w, int n,
   for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * r * (1.0f + w[i]);
 }
 
+// (1 + w) RMSNorm of one head of D values at q into dst, by one warp (lane-strided sums, then the warp's
+// butterfly): k_t_attn's queries, and k_t_kv's for k_t_attn_mma
+__device__ __forceinline__ void tk_head_norm(const float *q, const float *w, int D, float eps, float *dst) {
+  const int lane = threadIdx.x & 31;
+  float ss = 0.0f;
+  for (int d = lane; d < D; d += 32) ss += q[d] * q[d];
+  const float r = 1.0f / sqrtf(rt_warp_sum(ss) / (float)D + eps);
+  for (int d = lane; d < D; d += 32) dst[d] = q[d] * r * (1.0f + w[d]);
+}
+
 #define TK_HMAX 8192 // hidden size (k_t_addnorm's registers: 32 values a thread)
 #define TK_DVMAX 256 // GDN value head dim (k_t_gdn's shared tables)
 

@@ -62,6 +62,17 @@ def mma(acc, a, b):  # acc[lane][4] += A B: a[lane][4][2], b[lane][2][2]
         acc[l] += (Dm[g, 2 * t], Dm[g, 2 * t + 1], Dm[g + 8, 2 * t], Dm[g + 8, 2 * t + 1])
 
 
+def mma_tiles(acc, a, pieces, stride, kk, nr):  # tq_mma_tiles: acc[r] += A B of each row tile r < nr
+    for r in range(nr):
+        for pc in range(3):
+            b = np.zeros((32, 2, 2))
+            for l in range(32):
+                g, t = l >> 2, l & 3
+                i = (pc * TR + 8 * r + g) * stride + 16 * kk + 2 * t
+                b[l, 0], b[l, 1] = pieces[i:i + 2], pieces[i + 8:i + 10]
+            mma(acc[r], a, b)
+
+
 def split_len(n, runs):
     c = ((n + runs - 1) // runs + CH - 1) // CH * CH
     return max(c, CH)
@@ -127,16 +138,7 @@ for u0 in range(0, Tn, TB):
                     for kk in range(k0, k1):
                         a = ldsm4(stg, [ks + (16 * mt + (l & 15)) * DP + 16 * kk + 8 * (l >> 4) for l in range(32)],
                                   False)
-                        for r in range(4):
-                            if r >= nr:
-                                continue
-                            for pc in range(3):
-                                b = np.zeros((32, 2, 2))
-                                for l in range(32):
-                                    g, t = l >> 2, l & 3
-                                    qb = (pc * TR + 8 * r + g) * DP + 16 * kk + 2 * t
-                                    b[l, 0], b[l, 1] = qp[qb:qb + 2], qp[qb + 8:qb + 10]
-                                mma(sa[r], a, b)
+                        mma_tiles(sa, a, qp, DP, kk, nr)
                 for r in range(4):
                     for l in range(32):
                         g, t = l >> 2, l & 3
@@ -173,14 +175,7 @@ for u0 in range(0, Tn, TB):
                             break
                         a = ldsm4(stg, [vs + (16 * kk + (l & 7) + 8 * (l >> 4)) * DP + 16 * md + 8 * ((l >> 3) & 1)
                                         for l in range(32)], True)
-                        for r in range(nr):
-                            for pc in range(3):
-                                b = np.zeros((32, 2, 2))
-                                for l in range(32):
-                                    g, t = l >> 2, l & 3
-                                    pb = (pc * TR + 8 * r + g) * PS + 16 * kk + 2 * t
-                                    b[l, 0], b[l, 1] = pp[pb:pb + 2], pp[pb + 8:pb + 10]
-                                mma(o[w, mi, r], a, b)
+                        mma_tiles(o[w, mi], a, pp, PS, kk, nr)
             fill(2 * c + 4)
         for w in range(8):
             for mi in range(2):
